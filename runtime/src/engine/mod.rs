@@ -1,0 +1,47 @@
+//! The turn engine.
+//!
+//! A turn is a loop of iterations — model call → tool batch → model call … —
+//! until the model ends the turn, a limit stops it, or it is cancelled
+//! ([`run_turn`]). Its state between steps is an explicit [`Frame`](crate::frame::Frame),
+//! checkpointed at each phase boundary through the [`TurnSink`].
+//!
+//! The engine never writes anything itself: every fact goes through
+//! [`TurnSink::emit`], which returns only once the fact is durable, so a client
+//! never hears of something the journal does not hold. Control reaches the turn
+//! only through its [`TurnControl`] and only at the seams of
+//! `seeds/remote-session-control.md`; the seam before a tool is dispatched is
+//! where cancel's "an unsent tool call is never sent" is enforced.
+
+mod control;
+mod turn;
+
+pub use control::TurnControl;
+pub use turn::{run_turn, TurnDeps, TurnOutcome, TurnSpec};
+
+use async_trait::async_trait;
+
+use crate::event::SessionEvent;
+use crate::frame::Frame;
+
+/// A sink refused a write (the journal is unavailable).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("journal write failed: {0}")]
+pub struct SinkError(pub String);
+
+/// Where a running turn sends what happens.
+#[async_trait]
+pub trait TurnSink: Send + Sync {
+    /// Journals `event` and forwards it to the session's watchers.
+    /// Returns once the event is durable.
+    ///
+    /// # Errors
+    /// [`SinkError`] when it could not be made durable; the turn then ends with
+    /// an `internal_error` terminal.
+    async fn emit(&self, event: SessionEvent) -> Result<(), SinkError>;
+
+    /// Durably stores `frame` as the turn's latest checkpoint; returns once durable.
+    ///
+    /// # Errors
+    /// [`SinkError`] as for [`TurnSink::emit`].
+    async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError>;
+}

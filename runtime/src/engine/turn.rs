@@ -1,0 +1,341 @@
+//! The turn loop.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::future::join_all;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::{SinkError, TurnControl, TurnSink};
+use crate::content::Prompt;
+use crate::event::{SessionEvent, ToolCallStatus};
+use crate::frame::{fingerprint, Accounting, Frame, Phase, ToolOutcome, ToolOutcomeStatus, FRAME_VERSION};
+use crate::history::{Message, ToolCallRequest};
+use crate::ids::{SessionId, TurnId};
+use crate::model::{ModelDelta, ModelProvider, ModelRequest, ModelResponse, ModelStop, Usage};
+use crate::terminal::{Terminal, TerminalKind};
+use crate::tools::{ProcessGroups, ToolContext, ToolError, ToolSet};
+
+/// What a turn is asked to do.
+#[derive(Debug, Clone)]
+pub struct TurnSpec {
+    /// The session.
+    pub session_id: SessionId,
+    /// This turn (its `turn_started` event is already journaled by the caller).
+    pub turn_id: TurnId,
+    /// Session working directory (absolute).
+    pub cwd: PathBuf,
+    /// Extra directories file tools may use (absolute).
+    pub additional_directories: Vec<PathBuf>,
+    /// The transcript before this turn.
+    pub history: Vec<Message>,
+    /// The user's prompt.
+    pub prompt: Prompt,
+    /// Model calls allowed in this turn before it ends with `max_turn_requests`.
+    pub max_model_calls: u32,
+}
+
+/// What a turn runs with.
+#[derive(Debug, Clone)]
+pub struct TurnDeps {
+    /// The model.
+    pub model: Arc<dyn ModelProvider>,
+    /// The tools offered to the model.
+    pub tools: ToolSet,
+    /// The session's process groups (killed by the actor on cancel).
+    pub processes: Arc<ProcessGroups>,
+    /// The control block the actor steers the turn through.
+    pub control: Arc<TurnControl>,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone)]
+pub struct TurnOutcome {
+    /// The typed terminal.
+    pub terminal: Terminal,
+    /// Tokens used over all model calls of the turn.
+    pub usage: Usage,
+    /// Messages the turn adds to the transcript (the user prompt first).
+    pub turn_messages: Vec<Message>,
+}
+
+const NOT_SENT: &str = "not dispatched: the turn was stopped before this tool call was sent";
+const ABANDONED: &str = "abandoned: the turn was stopped while this tool call ran; \
+                         its effects, if any, were not undone";
+
+/// Internal early exit of the loop.
+enum Exit {
+    Stopped,
+    Sink(SinkError),
+}
+
+impl From<SinkError> for Exit {
+    fn from(e: SinkError) -> Self {
+        Exit::Sink(e)
+    }
+}
+
+struct Turn<'a> {
+    spec: &'a TurnSpec,
+    deps: &'a TurnDeps,
+    sink: &'a dyn TurnSink,
+    accounting: Accounting,
+    turn_messages: Vec<Message>,
+    history_fingerprint: String,
+    config_fingerprint: String,
+}
+
+/// Runs one prompt turn to its terminal.
+///
+/// Every event is emitted through `sink` (durable before it returns); a frame is
+/// checkpointed when a tool batch is ready and when it has settled. The caller
+/// journals `turn_started` before and `turn_ended` after.
+pub async fn run_turn(spec: &TurnSpec, deps: &TurnDeps, sink: &dyn TurnSink) -> TurnOutcome {
+    let mut turn = Turn {
+        spec,
+        deps,
+        sink,
+        accounting: Accounting::default(),
+        turn_messages: vec![Message::User {
+            text: spec.prompt.to_model_text(),
+        }],
+        history_fingerprint: fingerprint(&spec.history),
+        config_fingerprint: fingerprint(&(
+            deps.model.name(),
+            deps.tools.specs(),
+            spec.max_model_calls,
+        )),
+    };
+    let terminal = match turn.run().await {
+        Ok(terminal) => terminal,
+        Err(Exit::Stopped) => deps.control.stop_terminal(),
+        Err(Exit::Sink(e)) => Terminal::new(TerminalKind::InternalError, e.to_string()),
+    };
+    TurnOutcome {
+        terminal,
+        usage: turn.accounting.usage,
+        turn_messages: turn.turn_messages,
+    }
+}
+
+impl Turn<'_> {
+    async fn run(&mut self) -> Result<Terminal, Exit> {
+        let mut iteration = 0u32;
+        loop {
+            // Seam: turn_start.
+            if self.deps.control.is_stopped() {
+                return Err(Exit::Stopped);
+            }
+            if iteration >= self.spec.max_model_calls {
+                return Ok(Terminal::new(
+                    TerminalKind::MaxTurnRequests,
+                    format!("the turn reached its limit of {} model calls", self.spec.max_model_calls),
+                ));
+            }
+            let response = match self.call_model(iteration).await? {
+                Ok(response) => response,
+                Err(e) => return Ok(Terminal::new(TerminalKind::ProviderError, e.to_string())),
+            };
+            self.accounting.model_calls += 1;
+            self.accounting.usage.add(response.usage);
+            self.turn_messages.push(Message::Assistant {
+                text: response.text.clone(),
+                tool_calls: response.tool_calls.clone(),
+            });
+            match response.stop {
+                ModelStop::MaxTokens => {
+                    return Ok(Terminal::new(TerminalKind::MaxTokens, "the model hit its output token limit"))
+                }
+                ModelStop::Refusal => return Ok(Terminal::new(TerminalKind::Refusal, "the model refused")),
+                ModelStop::EndTurn | ModelStop::ToolUse if response.tool_calls.is_empty() => {
+                    return Ok(Terminal::new(TerminalKind::Completed, "the model ended its turn"))
+                }
+                ModelStop::EndTurn | ModelStop::ToolUse => {}
+            }
+            iteration += 1;
+            self.run_tool_batch(iteration, response.tool_calls).await?;
+        }
+    }
+
+    /// One model call, streaming deltas to the sink. The outer `Result` is the
+    /// loop's early exit; the inner one the provider's answer.
+    async fn call_model(
+        &mut self,
+        iteration: u32,
+    ) -> Result<Result<ModelResponse, crate::model::ModelError>, Exit> {
+        let request = ModelRequest {
+            session_id: self.spec.session_id.clone(),
+            turn_id: self.spec.turn_id.clone(),
+            iteration,
+            cwd: self.spec.cwd.clone(),
+            messages: self
+                .spec
+                .history
+                .iter()
+                .chain(&self.turn_messages)
+                .cloned()
+                .collect(),
+            tools: self.deps.tools.specs(),
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let call = self.deps.model.complete(&request, tx);
+        tokio::pin!(call);
+        let mut streamed = String::new();
+        let result = loop {
+            tokio::select! {
+                biased;
+                () = self.deps.control.stopped() => {
+                    if !streamed.is_empty() {
+                        self.turn_messages.push(Message::Assistant { text: streamed, tool_calls: vec![] });
+                    }
+                    return Err(Exit::Stopped);
+                }
+                Some(delta) = rx.recv() => self.forward(delta, &mut streamed).await?,
+                result = &mut call => break result,
+            }
+        };
+        while let Ok(delta) = rx.try_recv() {
+            self.forward(delta, &mut streamed).await?;
+        }
+        Ok(result)
+    }
+
+    async fn forward(&self, delta: ModelDelta, streamed: &mut String) -> Result<(), SinkError> {
+        let event = match delta {
+            ModelDelta::Text(text) => {
+                streamed.push_str(&text);
+                SessionEvent::AgentMessageChunk { text }
+            }
+            ModelDelta::Thought(text) => SessionEvent::AgentThoughtChunk { text },
+        };
+        self.sink.emit(event).await
+    }
+
+    fn frame(&self, phase: Phase, iteration: u32, outcomes: Vec<ToolOutcome>, unstarted: Vec<ToolCallRequest>) -> Frame {
+        Frame {
+            version: FRAME_VERSION,
+            session_id: self.spec.session_id.clone(),
+            turn_id: self.spec.turn_id.clone(),
+            phase,
+            iteration,
+            accounting: self.accounting,
+            tool_outcomes: outcomes,
+            unstarted_calls: unstarted,
+            turn_messages: self.turn_messages.clone(),
+            history_fingerprint: self.history_fingerprint.clone(),
+            config_fingerprint: self.config_fingerprint.clone(),
+        }
+    }
+
+    /// Announces, checkpoints, dispatches and settles one tool batch, then
+    /// records each outcome as a tool message (in call order).
+    async fn run_tool_batch(&mut self, iteration: u32, calls: Vec<ToolCallRequest>) -> Result<(), Exit> {
+        for call in &calls {
+            let (title, kind) = match self.deps.tools.get(&call.name) {
+                Some(tool) => (tool.title(&call.arguments), tool.kind()),
+                None => (call.name.clone(), crate::event::ToolKind::Other),
+            };
+            self.sink
+                .emit(SessionEvent::ToolCall {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    title,
+                    kind,
+                    raw_input: call.arguments.clone(),
+                })
+                .await?;
+        }
+        self.sink
+            .checkpoint(&self.frame(Phase::Tools, iteration, vec![], calls.clone()))
+            .await?;
+        // Seam: pre_tool_dispatch. Each call re-checks the stop flag right
+        // before it is sent, so a stop that lands mid-batch still holds back
+        // every call not yet sent.
+        let ctx = ToolContext {
+            cwd: self.spec.cwd.clone(),
+            additional_directories: self.spec.additional_directories.clone(),
+            processes: Arc::clone(&self.deps.processes),
+        };
+        let outcomes = join_all(calls.iter().map(|call| self.dispatch(&ctx, call))).await;
+        let outcomes = outcomes.into_iter().collect::<Result<Vec<_>, _>>()?;
+        for outcome in &outcomes {
+            self.turn_messages.push(Message::Tool {
+                tool_call_id: outcome.call.id.clone(),
+                content: outcome.content.clone(),
+                is_error: outcome.status != ToolOutcomeStatus::Completed,
+            });
+        }
+        self.sink
+            .checkpoint(&self.frame(Phase::Provider, iteration, outcomes, vec![]))
+            .await?;
+        // Seam: post_tool_dispatch.
+        if self.deps.control.is_stopped() {
+            return Err(Exit::Stopped);
+        }
+        Ok(())
+    }
+
+    async fn dispatch(&self, ctx: &ToolContext, call: &ToolCallRequest) -> Result<ToolOutcome, SinkError> {
+        let settle = |status: ToolOutcomeStatus, content: String| ToolOutcome {
+            call: call.clone(),
+            status,
+            content,
+        };
+        if self.deps.control.is_stopped() {
+            self.update(call, ToolCallStatus::Failed, json!({"dispatched": false, "reason": NOT_SENT}), NOT_SENT)
+                .await?;
+            return Ok(settle(ToolOutcomeStatus::Interrupted, NOT_SENT.into()));
+        }
+        let Some(tool) = self.deps.tools.get(&call.name) else {
+            let err = ToolError::UnknownTool { name: call.name.clone() };
+            self.update(call, ToolCallStatus::Failed, json!(err), &err.to_string()).await?;
+            return Ok(settle(ToolOutcomeStatus::Failed, err.to_string()));
+        };
+        self.sink
+            .emit(SessionEvent::ToolCallUpdate {
+                tool_call_id: call.id.clone(),
+                status: ToolCallStatus::InProgress,
+                raw_output: None,
+                content: None,
+            })
+            .await?;
+        let result = tokio::select! {
+            biased;
+            () = self.deps.control.stopped() => None,
+            result = tool.call(ctx, call.arguments.clone()) => Some(result),
+        };
+        match result {
+            None => {
+                self.update(call, ToolCallStatus::Failed, json!({"dispatched": true, "reason": ABANDONED}), ABANDONED)
+                    .await?;
+                Ok(settle(ToolOutcomeStatus::Unknown, ABANDONED.into()))
+            }
+            Some(Ok(output)) => {
+                self.update(call, ToolCallStatus::Completed, output.raw, &output.content).await?;
+                Ok(settle(ToolOutcomeStatus::Completed, output.content))
+            }
+            Some(Err(err)) => {
+                self.update(call, ToolCallStatus::Failed, json!(err), &err.to_string()).await?;
+                Ok(settle(ToolOutcomeStatus::Failed, format!("error: {err}")))
+            }
+        }
+    }
+
+    async fn update(
+        &self,
+        call: &ToolCallRequest,
+        status: ToolCallStatus,
+        raw: serde_json::Value,
+        content: &str,
+    ) -> Result<(), SinkError> {
+        self.sink
+            .emit(SessionEvent::ToolCallUpdate {
+                tool_call_id: call.id.clone(),
+                status,
+                raw_output: Some(raw),
+                content: Some(content.to_owned()),
+            })
+            .await
+    }
+}

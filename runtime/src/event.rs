@@ -1,0 +1,132 @@
+//! The facts journaled per session.
+//!
+//! Each [`SessionEvent`] is appended to the session's event log (monotonic
+//! [`EventId`](crate::ids::EventId)s) before any client hears of it, and renders
+//! to exactly one ACP `session/update` (or, for facts that ACP has no update for,
+//! one `_berth/agentEvent` notification) both live and when `session/load`
+//! replays the log.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::content::Prompt;
+use crate::ids::{ToolCallId, TurnId};
+use crate::model::Usage;
+use crate::terminal::{StopReason, Terminal};
+
+/// ACP `ToolKind`: how a client should present a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    /// Reading files or data.
+    Read,
+    /// Modifying files or content.
+    Edit,
+    /// Running commands or code.
+    Execute,
+    /// Anything else.
+    Other,
+}
+
+/// ACP `ToolCallStatus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallStatus {
+    /// Announced, not dispatched yet.
+    Pending,
+    /// Dispatched and running.
+    InProgress,
+    /// Finished successfully.
+    Completed,
+    /// Failed, or never ran (cancelled / interrupted before dispatch), or abandoned.
+    Failed,
+}
+
+/// One journaled fact about a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SessionEvent {
+    /// A prompt turn began with this user prompt. Renders as `user_message_chunk`s.
+    TurnStarted {
+        /// The new turn.
+        turn_id: TurnId,
+        /// The prompt blocks as the client sent them.
+        prompt: Prompt,
+    },
+    /// Streamed answer text. Renders as `agent_message_chunk`.
+    AgentMessageChunk {
+        /// The text delta.
+        text: String,
+    },
+    /// Streamed reasoning text. Renders as `agent_thought_chunk`.
+    AgentThoughtChunk {
+        /// The text delta.
+        text: String,
+    },
+    /// The model asked for a tool call. Renders as `tool_call`.
+    ToolCall {
+        /// The call id.
+        tool_call_id: ToolCallId,
+        /// Tool name (`shell`, `write_file`, …).
+        name: String,
+        /// Human-readable title, e.g. `shell: ls -la`.
+        title: String,
+        /// Presentation kind.
+        kind: ToolKind,
+        /// Arguments as the model gave them (ACP `rawInput`).
+        raw_input: Value,
+    },
+    /// A tool call changed status. Renders as `tool_call_update`.
+    ToolCallUpdate {
+        /// The call id.
+        tool_call_id: ToolCallId,
+        /// New status.
+        status: ToolCallStatus,
+        /// Structured result (ACP `rawOutput`), once there is one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        raw_output: Option<Value>,
+        /// Result text shown to the user (ACP `content`), once there is one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+    },
+    /// A turn was sealed. Renders as `_berth/agentEvent` `turn_ended`.
+    TurnEnded {
+        /// The sealed turn.
+        turn_id: TurnId,
+        /// ACP stop reason, when the turn did not end in an error.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stop_reason: Option<StopReason>,
+        /// Typed terminal (kind, owner, reason).
+        terminal: Terminal,
+        /// Tokens the turn used, over all model calls.
+        usage: Usage,
+    },
+    /// The session was closed; it stays readable and refuses prompts.
+    /// Renders as `_berth/agentEvent` `session_closed`.
+    SessionClosed {},
+}
+
+impl SessionEvent {
+    /// The event's `type` tag as it appears in the `replayed` list of `session/load`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            SessionEvent::TurnStarted { .. } => "turn_started",
+            SessionEvent::AgentMessageChunk { .. } => "agent_message_chunk",
+            SessionEvent::AgentThoughtChunk { .. } => "agent_thought_chunk",
+            SessionEvent::ToolCall { .. } => "tool_call",
+            SessionEvent::ToolCallUpdate { .. } => "tool_call_update",
+            SessionEvent::TurnEnded { .. } => "turn_ended",
+            SessionEvent::SessionClosed {} => "session_closed",
+        }
+    }
+}
+
+/// A journaled event with the time it was recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// When the event was recorded (injected clock).
+    pub at: DateTime<Utc>,
+    /// The fact.
+    pub event: SessionEvent,
+}

@@ -1,0 +1,179 @@
+//! Model providers behind one trait.
+//!
+//! A provider answers one [`ModelRequest`] (the transcript so far plus the tool
+//! specs) with one [`ModelResponse`], streaming text and reasoning deltas through
+//! a channel as they arrive so the engine can journal and forward them.
+//!
+//! Two providers ship: [`scripted::ScriptedModel`] (deterministic, the embedded
+//! default) and [`openai::OpenAiModel`] (any OpenAI-compatible
+//! `/v1/chat/completions` endpoint). [`from_spec`] builds one from the
+//! `--model` flag (`scripted:PATH` | `openai:MODEL`).
+
+pub mod openai;
+pub mod scripted;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::history::{Message, ToolCallRequest};
+use crate::ids::{SessionId, TurnId};
+
+/// Token usage of one model call or of a whole turn (tokens).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt (input) tokens.
+    pub input_tokens: u64,
+    /// Completion (output) tokens.
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// What a tool offers the model: name, description and JSON Schema of its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Tool name as the model calls it.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema (object) of the arguments.
+    pub parameters: Value,
+}
+
+/// One model call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRequest {
+    /// The session.
+    pub session_id: SessionId,
+    /// The turn.
+    pub turn_id: TurnId,
+    /// Index of this model call within the turn (0 for the first).
+    pub iteration: u32,
+    /// The session's working directory (absolute).
+    pub cwd: PathBuf,
+    /// The transcript: prior turns, then this turn's messages.
+    pub messages: Vec<Message>,
+    /// Tools the model may call.
+    pub tools: Vec<ToolSpec>,
+}
+
+impl ModelRequest {
+    /// Text of the latest user message, or `""` when there is none.
+    pub fn latest_user_text(&self) -> &str {
+        self.messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                Message::User { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .unwrap_or("")
+    }
+}
+
+/// A streamed piece of a response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelDelta {
+    /// Answer text.
+    Text(String),
+    /// Reasoning text.
+    Thought(String),
+}
+
+/// Why a model response ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelStop {
+    /// The model finished its turn.
+    EndTurn,
+    /// The model wants the tool calls of this response run.
+    ToolUse,
+    /// Output token limit.
+    MaxTokens,
+    /// The model refused.
+    Refusal,
+}
+
+/// A complete model response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelResponse {
+    /// All answer text of the response (the concatenated deltas).
+    pub text: String,
+    /// Tool calls, in the model's order; run as one batch.
+    pub tool_calls: Vec<ToolCallRequest>,
+    /// Tokens this call used.
+    pub usage: Usage,
+    /// Why it ended.
+    pub stop: ModelStop,
+}
+
+/// Errors a provider returns.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The provider could not be reached or answered with a transport error.
+    #[error("model provider unreachable: {0}")]
+    Transport(String),
+    /// The provider answered with an HTTP error status.
+    #[error("model provider answered HTTP {status}: {body}")]
+    Status {
+        /// HTTP status code.
+        status: u16,
+        /// Response body (truncated).
+        body: String,
+    },
+    /// The provider's answer did not follow its wire format.
+    #[error("model provider sent a malformed response: {0}")]
+    Protocol(String),
+    /// The provider is misconfigured (missing key, bad script…).
+    #[error("model provider misconfigured: {0}")]
+    Config(String),
+}
+
+/// A model provider.
+#[async_trait]
+pub trait ModelProvider: Send + Sync + std::fmt::Debug {
+    /// Short name for logs and fingerprints, e.g. `scripted:demo.toml`, `openai:gpt-4o`.
+    fn name(&self) -> &str;
+
+    /// Answers `request`, sending deltas on `deltas` as they arrive (the sender is
+    /// dropped when the call returns). Must be cancel-safe: the engine drops the
+    /// future when the turn is cancelled.
+    ///
+    /// # Errors
+    /// [`ModelError`] when the provider cannot produce a response.
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        deltas: mpsc::UnboundedSender<ModelDelta>,
+    ) -> Result<ModelResponse, ModelError>;
+}
+
+/// Builds a provider from a `--model` spec: `scripted:PATH` (a script file,
+/// see [`scripted`]), `scripted` (the built-in demo script) or `openai:MODEL`
+/// (base URL from `OPENAI_BASE_URL`, default `https://api.openai.com/v1`; key
+/// from `OPENAI_API_KEY`).
+///
+/// # Errors
+/// [`ModelError::Config`] for an unknown provider or an unreadable script.
+pub fn from_spec(spec: &str) -> Result<Arc<dyn ModelProvider>, ModelError> {
+    let (kind, arg) = spec.split_once(':').unwrap_or((spec, ""));
+    match kind {
+        "scripted" if arg.is_empty() => Ok(Arc::new(scripted::ScriptedModel::demo())),
+        "scripted" => Ok(Arc::new(scripted::ScriptedModel::from_file(arg.as_ref())?)),
+        "openai" if !arg.is_empty() => Ok(Arc::new(openai::OpenAiModel::from_env(arg)?)),
+        _ => Err(ModelError::Config(format!(
+            "unknown model spec {spec:?}: use `scripted`, `scripted:PATH` or `openai:MODEL`"
+        ))),
+    }
+}

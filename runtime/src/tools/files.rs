@@ -1,0 +1,279 @@
+//! `read_file` and `write_file`: absolute paths confined to the session's cwd and
+//! additional directories.
+//!
+//! Confinement is checked on the real path: `..` is resolved lexically, then the
+//! deepest existing ancestor is canonicalized (following symlinks) and must lie
+//! under a canonicalized root. A symlink that points out of the roots is refused.
+
+use std::path::{Component, Path, PathBuf};
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use super::{opt_u64_arg, str_arg, Tool, ToolContext, ToolError, ToolOutput};
+use crate::event::ToolKind;
+use crate::model::ToolSpec;
+
+fn io_err(op: &str, path: &Path, e: std::io::Error) -> ToolError {
+    ToolError::Io {
+        op: op.into(),
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Removes `.` and resolves `..` without touching the filesystem.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Resolves `raw` to a path inside the session's roots.
+///
+/// # Errors
+/// [`ToolError::RelativePath`] for a relative path, [`ToolError::OutsideRoots`]
+/// when the real location is outside every root.
+pub fn confine(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolError> {
+    let given = Path::new(raw);
+    if !given.is_absolute() {
+        return Err(ToolError::RelativePath { path: raw.into() });
+    }
+    let lexical = normalize(given);
+    // Canonicalize the deepest ancestor that exists, then re-append the rest.
+    let mut existing = lexical.as_path();
+    let mut rest = Vec::new();
+    let real_base = loop {
+        match std::fs::canonicalize(existing) {
+            Ok(p) => break p,
+            Err(_) => match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_owned());
+                    existing = parent;
+                }
+                _ => return Err(ToolError::OutsideRoots { path: raw.into() }),
+            },
+        }
+    };
+    let real = rest.iter().rev().fold(real_base, |p, n| p.join(n));
+    let inside = std::iter::once(&ctx.cwd)
+        .chain(&ctx.additional_directories)
+        .filter_map(|root| std::fs::canonicalize(root).ok())
+        .any(|root| real.starts_with(root));
+    if inside {
+        Ok(real)
+    } else {
+        Err(ToolError::OutsideRoots { path: raw.into() })
+    }
+}
+
+/// `read_file {path, line?, limit?}`: a text file's content, optionally from a
+/// 1-based `line` for `limit` lines (ACP `fs/read_text_file` semantics).
+#[derive(Debug, Clone)]
+pub struct ReadFile {
+    /// Largest file read (bytes, default 1 MiB).
+    pub max_bytes: u64,
+}
+
+impl Default for ReadFile {
+    fn default() -> Self {
+        Self {
+            max_bytes: 1024 * 1024,
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for ReadFile {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "read_file".into(),
+            description: "Read a text file by absolute path (inside the session's directories).".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "Absolute path."},
+                    "line": {"type": "integer", "minimum": 1, "description": "First line (1-based)."},
+                    "limit": {"type": "integer", "minimum": 1, "description": "Number of lines."}
+                },
+                "required": ["path"]
+            }),
+        }
+    }
+
+    fn kind(&self) -> ToolKind {
+        ToolKind::Read
+    }
+
+    fn title(&self, arguments: &Value) -> String {
+        format!("read {}", arguments.get("path").and_then(Value::as_str).unwrap_or("?"))
+    }
+
+    async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
+        let raw = str_arg(&arguments, "path")?;
+        let line = opt_u64_arg(&arguments, "line")?;
+        let limit = opt_u64_arg(&arguments, "limit")?;
+        let path = confine(ctx, raw)?;
+        let size = tokio::fs::metadata(&path)
+            .await
+            .map_err(|e| io_err("read", &path, e))?
+            .len();
+        if size > self.max_bytes {
+            return Err(ToolError::TooLarge {
+                path: raw.into(),
+                size,
+                limit: self.max_bytes,
+            });
+        }
+        let bytes = tokio::fs::read(&path).await.map_err(|e| io_err("read", &path, e))?;
+        let text = String::from_utf8_lossy(&bytes);
+        let content = match (line, limit) {
+            (None, None) => text.into_owned(),
+            (line, limit) => {
+                let skip = line.unwrap_or(1).saturating_sub(1) as usize;
+                let take = limit.map_or(usize::MAX, |l| l as usize);
+                text.split_inclusive('\n').skip(skip).take(take).collect()
+            }
+        };
+        Ok(ToolOutput {
+            raw: json!({"path": path, "bytes": content.len()}),
+            content,
+        })
+    }
+}
+
+/// `write_file {path, content}`: creates or replaces a text file (and its
+/// missing parent directories) inside the session's directories.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteFile;
+
+#[async_trait]
+impl Tool for WriteFile {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "write_file".into(),
+            description: "Create or overwrite a text file by absolute path (inside the session's directories).".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "Absolute path."},
+                    "content": {"type": "string", "description": "The whole new content."}
+                },
+                "required": ["path", "content"]
+            }),
+        }
+    }
+
+    fn kind(&self) -> ToolKind {
+        ToolKind::Edit
+    }
+
+    fn title(&self, arguments: &Value) -> String {
+        format!("write {}", arguments.get("path").and_then(Value::as_str).unwrap_or("?"))
+    }
+
+    async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
+        let raw = str_arg(&arguments, "path")?;
+        let content = str_arg(&arguments, "content")?;
+        let path = confine(ctx, raw)?;
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| io_err("write", parent, e))?;
+        }
+        tokio::fs::write(&path, content)
+            .await
+            .map_err(|e| io_err("write", &path, e))?;
+        Ok(ToolOutput {
+            content: format!("wrote {} bytes to {}", content.len(), path.display()),
+            raw: json!({"path": path, "bytes": content.len()}),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::tools::ProcessGroups;
+
+    fn ctx(cwd: &Path, extra: &[&Path]) -> ToolContext {
+        ToolContext {
+            cwd: cwd.to_path_buf(),
+            additional_directories: extra.iter().map(|p| p.to_path_buf()).collect(),
+            processes: Arc::new(ProcessGroups::default()),
+        }
+    }
+
+    #[tokio::test]
+    async fn write_then_read_inside_cwd() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = ctx(dir.path(), &[]);
+        let p = dir.path().join("sub/a.txt");
+        WriteFile
+            .call(&c, json!({"path": p, "content": "one\ntwo\nthree\n"}))
+            .await
+            .unwrap();
+        let all = ReadFile::default().call(&c, json!({"path": p})).await.unwrap();
+        assert_eq!(all.content, "one\ntwo\nthree\n");
+        let part = ReadFile::default()
+            .call(&c, json!({"path": p, "line": 2, "limit": 1}))
+            .await
+            .unwrap();
+        assert_eq!(part.content, "two\n");
+    }
+
+    #[tokio::test]
+    async fn escapes_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let c = ctx(dir.path(), &[]);
+        let dotdot = format!("{}/../{}/x", dir.path().display(), other.path().file_name().unwrap().to_string_lossy());
+        for path in [dotdot, "/etc/passwd".to_owned()] {
+            let err = ReadFile::default().call(&c, json!({"path": path})).await.unwrap_err();
+            assert!(matches!(err, ToolError::OutsideRoots { .. }), "{path}: {err:?}");
+        }
+        let err = WriteFile.call(&c, json!({"path": "rel.txt", "content": ""})).await.unwrap_err();
+        assert!(matches!(err, ToolError::RelativePath { .. }));
+        std::os::unix::fs::symlink(other.path(), dir.path().join("link")).unwrap();
+        let err = WriteFile
+            .call(&c, json!({"path": dir.path().join("link/evil.txt"), "content": "x"}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::OutsideRoots { .. }));
+        assert!(!other.path().join("evil.txt").exists());
+    }
+
+    #[tokio::test]
+    async fn additional_directories_are_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let extra = tempfile::tempdir().unwrap();
+        let c = ctx(dir.path(), &[extra.path()]);
+        WriteFile
+            .call(&c, json!({"path": extra.path().join("b.txt"), "content": "b"}))
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(extra.path().join("b.txt")).unwrap(), "b");
+    }
+
+    #[tokio::test]
+    async fn large_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big");
+        std::fs::write(&p, vec![b'x'; 100]).unwrap();
+        let err = ReadFile { max_bytes: 10 }
+            .call(&ctx(dir.path(), &[]), json!({"path": p}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::TooLarge { size: 100, .. }));
+    }
+}

@@ -1,0 +1,264 @@
+//! The `shell` tool: `sh -c COMMAND` in the session's cwd.
+//!
+//! Each call runs in its own process group (registered in the session's
+//! [`ProcessGroups`](super::ProcessGroups), so cancel kills it and any background
+//! children). stdout and stderr are captured up to a byte bound each; the rest is
+//! read and counted but dropped. A call ends when the shell exits; output that
+//! background children keep writing afterwards is not waited for beyond a short
+//! grace period.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use super::{opt_u64_arg, str_arg, Tool, ToolContext, ToolError, ToolOutput};
+use crate::event::ToolKind;
+use crate::model::ToolSpec;
+
+/// How long to keep reading pipes after the shell exited (ms): a background
+/// child holding stdout open must not hold the call open.
+const PIPE_GRACE_MS: u64 = 50;
+
+/// The `shell` tool and its bounds.
+#[derive(Debug, Clone)]
+pub struct Shell {
+    /// Bytes kept of stdout and of stderr, each (default 64 KiB).
+    pub output_limit_bytes: usize,
+    /// Timeout when the call gives none (ms, default 600 000).
+    pub default_timeout_ms: u64,
+}
+
+impl Default for Shell {
+    fn default() -> Self {
+        Self {
+            output_limit_bytes: 64 * 1024,
+            default_timeout_ms: 600_000,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Captured {
+    kept: Vec<u8>,
+    total: u64,
+}
+
+async fn capture(mut pipe: impl AsyncRead + Unpin, limit: usize, into: Arc<Mutex<Captured>>) {
+    let mut buf = [0u8; 8192];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let mut c = into.lock().unwrap_or_else(|e| e.into_inner());
+                let room = limit.saturating_sub(c.kept.len()).min(n);
+                c.kept.extend_from_slice(&buf[..room]);
+                c.total += n as u64;
+            }
+        }
+    }
+}
+
+fn take(c: &Arc<Mutex<Captured>>) -> (String, u64, bool) {
+    let c = c.lock().unwrap_or_else(|e| e.into_inner());
+    let text = String::from_utf8_lossy(&c.kept).into_owned();
+    (text, c.total, c.total > c.kept.len() as u64)
+}
+
+#[async_trait]
+impl Tool for Shell {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "shell".into(),
+            description: "Run a shell command (sh -c) in the session's working directory. \
+                          Returns exit code, stdout and stderr."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "The command line."},
+                    "timeout_ms": {"type": "integer", "minimum": 1, "description": "Kill after this many milliseconds."}
+                },
+                "required": ["command"]
+            }),
+        }
+    }
+
+    fn kind(&self) -> ToolKind {
+        ToolKind::Execute
+    }
+
+    fn title(&self, arguments: &Value) -> String {
+        let cmd = arguments.get("command").and_then(Value::as_str).unwrap_or("");
+        let short: String = cmd.chars().take(80).collect();
+        format!("shell: {short}")
+    }
+
+    async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
+        let command = str_arg(&arguments, "command")?;
+        let timeout_ms = opt_u64_arg(&arguments, "timeout_ms")?.unwrap_or(self.default_timeout_ms);
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .current_dir(&ctx.cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| ToolError::Io {
+                op: "spawn".into(),
+                path: command.into(),
+                message: e.to_string(),
+            })?;
+        if let Some(pid) = child.id() {
+            ctx.processes.register(pid as i32);
+        }
+        let (out, err) = (Arc::default(), Arc::default());
+        let readers = [
+            child
+                .stdout
+                .take()
+                .map(|p| tokio::spawn(capture(p, self.output_limit_bytes, Arc::clone(&out)))),
+            child
+                .stderr
+                .take()
+                .map(|p| tokio::spawn(capture(p, self.output_limit_bytes, Arc::clone(&err)))),
+        ];
+        let status = match tokio::time::timeout(Duration::from_millis(timeout_ms), child.wait()).await {
+            Ok(Ok(status)) => status,
+            Ok(Err(e)) => {
+                return Err(ToolError::Io {
+                    op: "wait".into(),
+                    path: command.into(),
+                    message: e.to_string(),
+                })
+            }
+            Err(_) => {
+                if let Some(pid) = child.id() {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                return Err(ToolError::Timeout { timeout_ms });
+            }
+        };
+        for reader in readers.into_iter().flatten() {
+            let abort = reader.abort_handle();
+            if tokio::time::timeout(Duration::from_millis(PIPE_GRACE_MS), reader).await.is_err() {
+                abort.abort();
+            }
+        }
+        ctx.processes.prune();
+        let (stdout, stdout_bytes, stdout_truncated) = take(&out);
+        let (stderr, stderr_bytes, stderr_truncated) = take(&err);
+        let exit_code = status.code();
+        let mut content = format!(
+            "exit code: {}\n",
+            exit_code.map_or_else(|| "killed by signal".to_owned(), |c| c.to_string())
+        );
+        if !stdout.is_empty() {
+            content.push_str(&format!("stdout:\n{stdout}\n"));
+        }
+        if !stderr.is_empty() {
+            content.push_str(&format!("stderr:\n{stderr}\n"));
+        }
+        if stdout_truncated || stderr_truncated {
+            content.push_str(&format!(
+                "(output truncated to {} bytes per stream)\n",
+                self.output_limit_bytes
+            ));
+        }
+        Ok(ToolOutput {
+            content,
+            raw: json!({
+                "exit_code": exit_code,
+                "stdout": stdout,
+                "stderr": stderr,
+                "stdout_bytes": stdout_bytes,
+                "stderr_bytes": stderr_bytes,
+                "truncated": stdout_truncated || stderr_truncated,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::ProcessGroups;
+
+    fn ctx(dir: &std::path::Path) -> ToolContext {
+        ToolContext {
+            cwd: dir.to_path_buf(),
+            additional_directories: vec![],
+            processes: Arc::new(ProcessGroups::default()),
+        }
+    }
+
+    #[tokio::test]
+    async fn runs_in_cwd_and_captures_both_streams() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Shell::default()
+            .call(&ctx(dir.path()), json!({"command": "pwd; echo oops >&2; exit 3"}))
+            .await
+            .unwrap();
+        assert_eq!(out.raw["exit_code"], 3);
+        let pwd = out.raw["stdout"].as_str().unwrap().trim().to_owned();
+        assert_eq!(std::fs::canonicalize(pwd).unwrap(), std::fs::canonicalize(dir.path()).unwrap());
+        assert_eq!(out.raw["stderr"], "oops\n");
+    }
+
+    #[tokio::test]
+    async fn output_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let shell = Shell { output_limit_bytes: 10, ..Shell::default() };
+        let out = shell
+            .call(&ctx(dir.path()), json!({"command": "head -c 100000 /dev/zero | tr '\\0' a"}))
+            .await
+            .unwrap();
+        assert_eq!(out.raw["stdout"], "aaaaaaaaaa");
+        assert_eq!(out.raw["stdout_bytes"], 100000);
+        assert_eq!(out.raw["truncated"], true);
+    }
+
+    #[tokio::test]
+    async fn background_child_does_not_hold_the_call_and_is_killed_with_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = ctx(dir.path());
+        let out = Shell::default()
+            .call(&c, json!({"command": "sleep 30 & echo $!"}))
+            .await
+            .unwrap();
+        let pid: i32 = out.raw["stdout"].as_str().unwrap().trim().parse().unwrap();
+        let alive = |pid| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+        assert!(alive(pid), "background child should outlive the call");
+        assert_eq!(c.processes.kill_all(), 1);
+        // The child is ours to reap only via init; wait until it is gone.
+        for _ in 0..200 {
+            if !alive(pid) || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z")) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("background child {pid} survived kill_all");
+    }
+
+    #[tokio::test]
+    async fn bad_arguments_are_typed_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Shell::default().call(&ctx(dir.path()), json!({"command": 5})).await.unwrap_err();
+        assert!(matches!(err, ToolError::InvalidArguments { .. }));
+        let err = Shell::default()
+            .call(&ctx(dir.path()), json!({"command": "sleep 5", "timeout_ms": 50}))
+            .await
+            .unwrap_err();
+        assert_eq!(err, ToolError::Timeout { timeout_ms: 50 });
+    }
+}
