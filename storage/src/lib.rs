@@ -1,1 +1,27 @@
+//! # berth-storage
+//!
+//! The journal: one redb file in the data directory holding every session's
+//! record, event log, latest frame, transcript and open-turn marker
+//! (`DESIGN.md`, "The journal").
+//!
+//! Writes go through one writer thread that group-commits: it drains every
+//! pending [`Batch`] from all sessions into a single durable write transaction
+//! and acknowledges each only after the commit returned ([`Journal::commit`]).
+//! Reads ([`Journal::session`], [`Journal::events`], …) use their own read
+//! transactions and never wait for the writer.
+//!
+//! Crash guarantee: a batch whose `commit` returned `Ok` survives SIGKILL of the
+//! process (tested in `tests/kill_writer.rs`); a batch that did not return is
+//! either wholly present or wholly absent after restart.
 
+mod batch;
+mod error;
+mod journal;
+mod records;
+mod tables;
+mod writer;
+
+pub use batch::Batch;
+pub use error::StorageError;
+pub use journal::{Journal, JournalOptions};
+pub use records::{OpenTurn, SessionRecord};

@@ -1,0 +1,103 @@
+//! A batch: writes that commit together, atomically.
+
+use berth_runtime::event::EventRecord;
+use berth_runtime::frame::Frame;
+use berth_runtime::history::Message;
+use berth_runtime::ids::SessionId;
+use serde::Serialize;
+
+use crate::records::{OpenTurn, SessionRecord};
+
+/// One write, already encoded (encoding happens in the caller, off the writer thread).
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    PutSession { id: String, value: Vec<u8> },
+    AppendEvent { id: String, value: Vec<u8> },
+    PutFrame { id: String, value: Vec<u8> },
+    DeleteFrame { id: String },
+    PutTranscript { id: String, value: Vec<u8> },
+    OpenTurn { id: String, value: Vec<u8> },
+    CloseTurn { id: String },
+}
+
+/// Writes that become durable together or not at all. Build one, then hand it
+/// to [`Journal::commit`](crate::Journal::commit).
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    pub(crate) ops: Vec<Op>,
+}
+
+fn json<T: Serialize>(value: &T) -> Vec<u8> {
+    // Our record types serialize infallibly (no maps with non-string keys).
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the batch has no writes.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Creates or replaces a session record.
+    pub fn put_session(mut self, record: &SessionRecord) -> Self {
+        self.ops.push(Op::PutSession {
+            id: record.session_id.0.clone(),
+            value: json(record),
+        });
+        self
+    }
+
+    /// Appends an event to the session's log; its id is the session's next
+    /// event id, returned by `commit` in append order.
+    pub fn append(mut self, session: &SessionId, event: &EventRecord) -> Self {
+        self.ops.push(Op::AppendEvent {
+            id: session.0.clone(),
+            value: json(event),
+        });
+        self
+    }
+
+    /// Replaces the session's latest frame.
+    pub fn put_frame(mut self, frame: &Frame) -> Self {
+        self.ops.push(Op::PutFrame {
+            id: frame.session_id.0.clone(),
+            value: json(frame),
+        });
+        self
+    }
+
+    /// Removes the session's frame (its turn was sealed).
+    pub fn delete_frame(mut self, session: &SessionId) -> Self {
+        self.ops.push(Op::DeleteFrame { id: session.0.clone() });
+        self
+    }
+
+    /// Replaces the session's transcript.
+    pub fn put_transcript(mut self, session: &SessionId, messages: &[Message]) -> Self {
+        self.ops.push(Op::PutTranscript {
+            id: session.0.clone(),
+            value: json(&messages),
+        });
+        self
+    }
+
+    /// Marks a turn as running (to be sealed if the process dies).
+    pub fn open_turn(mut self, turn: &OpenTurn) -> Self {
+        self.ops.push(Op::OpenTurn {
+            id: turn.session_id.0.clone(),
+            value: json(turn),
+        });
+        self
+    }
+
+    /// Clears the session's running-turn marker.
+    pub fn close_turn(mut self, session: &SessionId) -> Self {
+        self.ops.push(Op::CloseTurn { id: session.0.clone() });
+        self
+    }
+}

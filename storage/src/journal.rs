@@ -1,0 +1,230 @@
+//! The journal handle: group-committed writes, direct reads.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use berth_runtime::event::EventRecord;
+use berth_runtime::frame::Frame;
+use berth_runtime::history::Message;
+use berth_runtime::ids::{EventId, SessionId};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::batch::Batch;
+use crate::error::StorageError;
+use crate::records::{OpenTurn, SessionRecord};
+use crate::tables::{EVENTS, FRAMES, OPEN_TURNS, SESSIONS, TRANSCRIPTS};
+use crate::writer::{self, Request};
+
+/// How the journal commits.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JournalOptions {
+    /// redb quick-repair: each commit also persists allocator state so that
+    /// opening after a crash needs no repair scan (slower commits, instant
+    /// recovery). Default off.
+    pub quick_repair: bool,
+}
+
+/// The journal. Cheap to clone; all clones share one database and one writer.
+/// When the last clone is dropped, queued commits finish, the writer thread
+/// ends and the file lock is released.
+#[derive(Clone)]
+pub struct Journal {
+    db: Arc<Database>,
+    writer: Arc<WriterHandle>,
+}
+
+struct WriterHandle {
+    sender: Option<mpsc::Sender<Request>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for WriterHandle {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer loop once the queue is drained.
+        self.sender.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal").finish_non_exhaustive()
+    }
+}
+
+fn decode<T: DeserializeOwned>(table: &'static str, key: &str, bytes: &[u8]) -> Result<T, StorageError> {
+    serde_json::from_slice(bytes).map_err(|e| StorageError::Corrupt {
+        table,
+        key: key.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+impl Journal {
+    /// Opens (or creates) the journal file at `path` and starts its writer.
+    /// A file left by a crashed process is repaired by redb on open.
+    ///
+    /// # Errors
+    /// [`StorageError::Open`] when the file cannot be opened (bad path,
+    /// permissions, or another process holds it).
+    pub fn open(path: &Path, options: JournalOptions) -> Result<Self, StorageError> {
+        let open_err = |message: String| StorageError::Open {
+            path: path.display().to_string(),
+            message,
+        };
+        let db = Database::create(path).map_err(|e| open_err(e.to_string()))?;
+        // Create every table so reads never meet a missing one.
+        let txn = db.begin_write().map_err(|e| open_err(e.to_string()))?;
+        for table in [SESSIONS, FRAMES, TRANSCRIPTS, OPEN_TURNS] {
+            txn.open_table(table).map_err(|e| open_err(e.to_string()))?;
+        }
+        txn.open_table(EVENTS).map_err(|e| open_err(e.to_string()))?;
+        txn.commit().map_err(|e| open_err(e.to_string()))?;
+        let db = Arc::new(db);
+        let (sender, thread) = writer::spawn(Arc::clone(&db), options.quick_repair);
+        Ok(Self {
+            db,
+            writer: Arc::new(WriterHandle {
+                sender: Some(sender),
+                thread: Some(thread),
+            }),
+        })
+    }
+
+    /// Commits `batch` atomically through the group-commit writer.
+    ///
+    /// **Durable on return:** when this returns `Ok`, every write of the batch
+    /// is on disk (fsynced) and survives SIGKILL. Returns the event ids assigned
+    /// to the batch's appends, in order.
+    ///
+    /// # Errors
+    /// [`StorageError`] when the commit failed: nothing of the batch was written.
+    pub async fn commit(&self, batch: Batch) -> Result<Vec<EventId>, StorageError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ack, done) = oneshot::channel();
+        let sender = self.writer.sender.as_ref().ok_or(StorageError::WriterStopped)?;
+        sender
+            .send(Request { batch, ack })
+            .await
+            .map_err(|_| StorageError::WriterStopped)?;
+        done.await.map_err(|_| StorageError::WriterStopped)?
+    }
+
+    fn get<T: DeserializeOwned>(
+        &self,
+        def: TableDefinition<&str, &[u8]>,
+        name: &'static str,
+        key: &str,
+    ) -> Result<Option<T>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(def)?;
+        match table.get(key)? {
+            Some(v) => Ok(Some(decode(name, key, v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The session's record. Reads committed state only.
+    ///
+    /// # Errors
+    /// [`StorageError`] on I/O failure or an undecodable record.
+    pub fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StorageError> {
+        self.get(SESSIONS, "sessions", id.as_str())
+    }
+
+    /// Up to `limit` session records in id order, starting after `after`.
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn sessions(&self, after: Option<&SessionId>, limit: usize) -> Result<Vec<SessionRecord>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(SESSIONS)?;
+        let mut range = match after {
+            Some(a) => table.range::<&str>((std::ops::Bound::Excluded(a.as_str()), std::ops::Bound::Unbounded))?,
+            None => table.range::<&str>(..)?,
+        };
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let Some(entry) = range.next() else { break };
+            let (k, v) = entry?;
+            out.push(decode("sessions", k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// The session's events with ids greater than `after`, in order.
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn events(&self, id: &SessionId, after: EventId) -> Result<Vec<(EventId, EventRecord)>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(EVENTS)?;
+        let start = after.saturating_add(1);
+        let mut out = Vec::new();
+        for entry in table.range((id.as_str(), start)..=(id.as_str(), u64::MAX))? {
+            let (k, v) = entry?;
+            let event_id = k.value().1;
+            out.push((event_id, decode("events", &format!("{id}/{event_id}"), v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// The session's last event id (0 when it has none).
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn last_event_id(&self, id: &SessionId) -> Result<EventId, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(EVENTS)?;
+        let last = table.range((id.as_str(), 0)..=(id.as_str(), u64::MAX))?.next_back();
+        Ok(match last {
+            Some(entry) => entry?.0.value().1,
+            None => 0,
+        })
+    }
+
+    /// The session's transcript as of its last sealed turn (empty when none).
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn transcript(&self, id: &SessionId) -> Result<Vec<Message>, StorageError> {
+        Ok(self.get(TRANSCRIPTS, "transcripts", id.as_str())?.unwrap_or_default())
+    }
+
+    /// The latest frame of the session's open turn, if it checkpointed one.
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn frame(&self, id: &SessionId) -> Result<Option<Frame>, StorageError> {
+        self.get(FRAMES, "frames", id.as_str())
+    }
+
+    /// The session's open (unsealed) turn, if any.
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn open_turn(&self, id: &SessionId) -> Result<Option<OpenTurn>, StorageError> {
+        self.get(OPEN_TURNS, "open_turns", id.as_str())
+    }
+
+    /// Every open turn of every session (the turns to seal after a crash).
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn open_turns(&self) -> Result<Vec<OpenTurn>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(OPEN_TURNS)?;
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            out.push(decode("open_turns", k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,48 @@
+//! Row shapes stored in the journal (JSON-encoded).
+
+use std::path::PathBuf;
+
+use berth_runtime::ids::{SessionId, TurnId};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A session's durable record (table `sessions`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// The session id.
+    pub session_id: SessionId,
+    /// Working directory (absolute).
+    pub cwd: PathBuf,
+    /// Extra directories the file tools may use (absolute).
+    #[serde(default)]
+    pub additional_directories: Vec<PathBuf>,
+    /// MCP servers as given in `session/new` (ACP `McpServer` objects), stored
+    /// for the tool layer.
+    #[serde(default)]
+    pub mcp_servers: Vec<Value>,
+    /// Session mode id (ACP `currentModeId`).
+    pub mode_id: String,
+    /// Title, once the session has one (the first prompt's first line).
+    #[serde(default)]
+    pub title: Option<String>,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+    /// When anything about it last changed.
+    pub updated_at: DateTime<Utc>,
+    /// When it was closed; a closed session refuses prompts.
+    #[serde(default)]
+    pub closed_at: Option<DateTime<Utc>>,
+}
+
+/// A turn that started and has not been sealed (table `open_turns`). After a
+/// crash these are the turns to seal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpenTurn {
+    /// The session.
+    pub session_id: SessionId,
+    /// The turn.
+    pub turn_id: TurnId,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+}

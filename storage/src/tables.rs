@@ -1,0 +1,14 @@
+//! Table definitions. Values are JSON bytes of the record types.
+
+use redb::TableDefinition;
+
+/// session id → [`SessionRecord`](crate::SessionRecord).
+pub const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
+/// (session id, event id) → [`EventRecord`](berth_runtime::event::EventRecord).
+pub const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
+/// session id → latest [`Frame`](berth_runtime::frame::Frame) of its open turn.
+pub const FRAMES: TableDefinition<&str, &[u8]> = TableDefinition::new("frames");
+/// session id → transcript (`Vec<Message>`) as of the last sealed turn.
+pub const TRANSCRIPTS: TableDefinition<&str, &[u8]> = TableDefinition::new("transcripts");
+/// session id → [`OpenTurn`](crate::OpenTurn).
+pub const OPEN_TURNS: TableDefinition<&str, &[u8]> = TableDefinition::new("open_turns");
