@@ -16,7 +16,9 @@ pub struct Prompt(pub Vec<Value>);
 impl Prompt {
     /// A prompt with one text block.
     pub fn text(text: impl Into<String>) -> Self {
-        Self(vec![serde_json::json!({"type": "text", "text": text.into()})])
+        Self(vec![
+            serde_json::json!({"type": "text", "text": text.into()}),
+        ])
     }
 
     /// The text a model reads: text blocks verbatim, embedded text resources by

@@ -128,6 +128,9 @@ mod tests {
 
     #[test]
     fn restart_is_harness_owned() {
-        assert_eq!(TerminalKind::ProcessRestarted.owner(), TerminalOwner::Harness);
+        assert_eq!(
+            TerminalKind::ProcessRestarted.owner(),
+            TerminalOwner::Harness
+        );
     }
 }

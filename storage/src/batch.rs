@@ -73,7 +73,9 @@ impl Batch {
 
     /// Removes the session's frame (its turn was sealed).
     pub fn delete_frame(mut self, session: &SessionId) -> Self {
-        self.ops.push(Op::DeleteFrame { id: session.0.clone() });
+        self.ops.push(Op::DeleteFrame {
+            id: session.0.clone(),
+        });
         self
     }
 
@@ -97,7 +99,9 @@ impl Batch {
 
     /// Clears the session's running-turn marker.
     pub fn close_turn(mut self, session: &SessionId) -> Self {
-        self.ops.push(Op::CloseTurn { id: session.0.clone() });
+        self.ops.push(Op::CloseTurn {
+            id: session.0.clone(),
+        });
         self
     }
 }

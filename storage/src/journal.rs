@@ -56,7 +56,11 @@ impl std::fmt::Debug for Journal {
     }
 }
 
-fn decode<T: DeserializeOwned>(table: &'static str, key: &str, bytes: &[u8]) -> Result<T, StorageError> {
+fn decode<T: DeserializeOwned>(
+    table: &'static str,
+    key: &str,
+    bytes: &[u8],
+) -> Result<T, StorageError> {
     serde_json::from_slice(bytes).map_err(|e| StorageError::Corrupt {
         table,
         key: key.to_owned(),
@@ -82,7 +86,8 @@ impl Journal {
         for table in [SESSIONS, FRAMES, TRANSCRIPTS, OPEN_TURNS] {
             txn.open_table(table).map_err(|e| open_err(e.to_string()))?;
         }
-        txn.open_table(EVENTS).map_err(|e| open_err(e.to_string()))?;
+        txn.open_table(EVENTS)
+            .map_err(|e| open_err(e.to_string()))?;
         txn.commit().map_err(|e| open_err(e.to_string()))?;
         let db = Arc::new(db);
         let (sender, thread) = writer::spawn(Arc::clone(&db), options.quick_repair);
@@ -108,7 +113,11 @@ impl Journal {
             return Ok(Vec::new());
         }
         let (ack, done) = oneshot::channel();
-        let sender = self.writer.sender.as_ref().ok_or(StorageError::WriterStopped)?;
+        let sender = self
+            .writer
+            .sender
+            .as_ref()
+            .ok_or(StorageError::WriterStopped)?;
         sender
             .send(Request { batch, ack })
             .await
@@ -142,11 +151,18 @@ impl Journal {
     ///
     /// # Errors
     /// As [`Journal::session`].
-    pub fn sessions(&self, after: Option<&SessionId>, limit: usize) -> Result<Vec<SessionRecord>, StorageError> {
+    pub fn sessions(
+        &self,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StorageError> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(SESSIONS)?;
         let mut range = match after {
-            Some(a) => table.range::<&str>((std::ops::Bound::Excluded(a.as_str()), std::ops::Bound::Unbounded))?,
+            Some(a) => table.range::<&str>((
+                std::ops::Bound::Excluded(a.as_str()),
+                std::ops::Bound::Unbounded,
+            ))?,
             None => table.range::<&str>(..)?,
         };
         let mut out = Vec::new();
@@ -162,7 +178,11 @@ impl Journal {
     ///
     /// # Errors
     /// As [`Journal::session`].
-    pub fn events(&self, id: &SessionId, after: EventId) -> Result<Vec<(EventId, EventRecord)>, StorageError> {
+    pub fn events(
+        &self,
+        id: &SessionId,
+        after: EventId,
+    ) -> Result<Vec<(EventId, EventRecord)>, StorageError> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(EVENTS)?;
         let start = after.saturating_add(1);
@@ -170,7 +190,10 @@ impl Journal {
         for entry in table.range((id.as_str(), start)..=(id.as_str(), u64::MAX))? {
             let (k, v) = entry?;
             let event_id = k.value().1;
-            out.push((event_id, decode("events", &format!("{id}/{event_id}"), v.value())?));
+            out.push((
+                event_id,
+                decode("events", &format!("{id}/{event_id}"), v.value())?,
+            ));
         }
         Ok(out)
     }
@@ -182,7 +205,9 @@ impl Journal {
     pub fn last_event_id(&self, id: &SessionId) -> Result<EventId, StorageError> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(EVENTS)?;
-        let last = table.range((id.as_str(), 0)..=(id.as_str(), u64::MAX))?.next_back();
+        let last = table
+            .range((id.as_str(), 0)..=(id.as_str(), u64::MAX))?
+            .next_back();
         Ok(match last {
             Some(entry) => entry?.0.value().1,
             None => 0,
@@ -194,7 +219,9 @@ impl Journal {
     /// # Errors
     /// As [`Journal::session`].
     pub fn transcript(&self, id: &SessionId) -> Result<Vec<Message>, StorageError> {
-        Ok(self.get(TRANSCRIPTS, "transcripts", id.as_str())?.unwrap_or_default())
+        Ok(self
+            .get(TRANSCRIPTS, "transcripts", id.as_str())?
+            .unwrap_or_default())
     }
 
     /// The latest frame of the session's open turn, if it checkpointed one.

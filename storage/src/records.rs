@@ -45,4 +45,8 @@ pub struct OpenTurn {
     pub turn_id: TurnId,
     /// When it started.
     pub started_at: DateTime<Utc>,
+    /// The prompt as the model reads it, so a turn sealed before its first
+    /// checkpoint still leaves its prompt in the transcript.
+    #[serde(default)]
+    pub prompt_text: String,
 }

@@ -98,7 +98,9 @@ fn apply_all(txn: &WriteTransaction, group: &[Request]) -> Result<Vec<Vec<u64>>,
                     let next = match last.get(id.as_str()) {
                         Some(&n) => n + 1,
                         None => {
-                            let tail = events.range((id.as_str(), 0)..=(id.as_str(), u64::MAX))?.next_back();
+                            let tail = events
+                                .range((id.as_str(), 0)..=(id.as_str(), u64::MAX))?
+                                .next_back();
                             match tail {
                                 Some(entry) => entry?.0.value().1 + 1,
                                 None => 1,

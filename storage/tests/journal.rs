@@ -10,7 +10,10 @@ fn at() -> chrono::DateTime<chrono::Utc> {
 }
 
 fn chunk(text: &str) -> EventRecord {
-    EventRecord { at: at(), event: SessionEvent::AgentMessageChunk { text: text.into() } }
+    EventRecord {
+        at: at(),
+        event: SessionEvent::AgentMessageChunk { text: text.into() },
+    }
 }
 
 fn session(id: &str) -> SessionRecord {
@@ -32,13 +35,29 @@ async fn event_ids_are_per_session_and_contiguous() {
     let dir = tempfile::tempdir().unwrap();
     let j = Journal::open(&dir.path().join("j.redb"), JournalOptions::default()).unwrap();
     let (a, b) = (SessionId::from("a"), SessionId::from("b"));
-    let ids = j.commit(Batch::new().append(&a, &chunk("1")).append(&b, &chunk("x")).append(&a, &chunk("2"))).await.unwrap();
+    let ids = j
+        .commit(
+            Batch::new()
+                .append(&a, &chunk("1"))
+                .append(&b, &chunk("x"))
+                .append(&a, &chunk("2")),
+        )
+        .await
+        .unwrap();
     assert_eq!(ids, vec![1, 1, 2]);
-    let ids = j.commit(Batch::new().append(&a, &chunk("3"))).await.unwrap();
+    let ids = j
+        .commit(Batch::new().append(&a, &chunk("3")))
+        .await
+        .unwrap();
     assert_eq!(ids, vec![3]);
     assert_eq!(j.last_event_id(&a).unwrap(), 3);
     assert_eq!(j.last_event_id(&SessionId::from("none")).unwrap(), 0);
-    let after_one: Vec<u64> = j.events(&a, 1).unwrap().into_iter().map(|(id, _)| id).collect();
+    let after_one: Vec<u64> = j
+        .events(&a, 1)
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     assert_eq!(after_one, vec![2, 3]);
 }
 
@@ -53,9 +72,13 @@ async fn concurrent_commits_all_land_and_reopen() {
             let j = j.clone();
             tasks.push(tokio::spawn(async move {
                 let sid = SessionId(format!("s{s}"));
-                j.commit(Batch::new().put_session(&session(sid.as_str()))).await.unwrap();
+                j.commit(Batch::new().put_session(&session(sid.as_str())))
+                    .await
+                    .unwrap();
                 for n in 0..25 {
-                    j.commit(Batch::new().append(&sid, &chunk(&n.to_string()))).await.unwrap();
+                    j.commit(Batch::new().append(&sid, &chunk(&n.to_string())))
+                        .await
+                        .unwrap();
                 }
             }));
         }
@@ -66,7 +89,12 @@ async fn concurrent_commits_all_land_and_reopen() {
     let j = Journal::open(&path, JournalOptions { quick_repair: true }).unwrap();
     assert_eq!(j.sessions(None, 100).unwrap().len(), 20);
     let page = j.sessions(Some(&SessionId::from("s1")), 3).unwrap();
-    assert_eq!(page.iter().map(|s| s.session_id.as_str()).collect::<Vec<_>>(), vec!["s10", "s11", "s12"]);
+    assert_eq!(
+        page.iter()
+            .map(|s| s.session_id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["s10", "s11", "s12"]
+    );
     for s in 0..20 {
         assert_eq!(j.last_event_id(&SessionId(format!("s{s}"))).unwrap(), 25);
     }
@@ -77,12 +105,24 @@ async fn turn_markers_frames_and_transcripts() {
     let dir = tempfile::tempdir().unwrap();
     let j = Journal::open(&dir.path().join("j.redb"), JournalOptions::default()).unwrap();
     let sid = SessionId::from("s");
-    let open = OpenTurn { session_id: sid.clone(), turn_id: TurnId::from("turn_1"), started_at: at() };
+    let open = OpenTurn {
+        session_id: sid.clone(),
+        turn_id: TurnId::from("turn_1"),
+        started_at: at(),
+        prompt_text: "hi".into(),
+    };
     j.commit(Batch::new().open_turn(&open)).await.unwrap();
     assert_eq!(j.open_turns().unwrap(), vec![open.clone()]);
     assert_eq!(j.open_turn(&sid).unwrap(), Some(open));
     let msgs = vec![Message::User { text: "hi".into() }];
-    j.commit(Batch::new().close_turn(&sid).put_transcript(&sid, &msgs).delete_frame(&sid)).await.unwrap();
+    j.commit(
+        Batch::new()
+            .close_turn(&sid)
+            .put_transcript(&sid, &msgs)
+            .delete_frame(&sid),
+    )
+    .await
+    .unwrap();
     assert!(j.open_turns().unwrap().is_empty());
     assert_eq!(j.transcript(&sid).unwrap(), msgs);
     assert!(j.frame(&sid).unwrap().is_none());

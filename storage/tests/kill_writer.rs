@@ -25,10 +25,16 @@ fn record(text: String) -> EventRecord {
 /// The child half; a no-op unless run by `acked_appends_survive_sigkill`.
 #[test]
 fn kill_child() {
-    let Ok(dir) = std::env::var("BERTH_KILL_CHILD_DIR") else { return };
+    let Ok(dir) = std::env::var("BERTH_KILL_CHILD_DIR") else {
+        return;
+    };
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
-        let journal = Journal::open(&std::path::Path::new(&dir).join("journal.redb"), JournalOptions::default()).unwrap();
+        let journal = Journal::open(
+            &std::path::Path::new(&dir).join("journal.redb"),
+            JournalOptions::default(),
+        )
+        .unwrap();
         let mut tasks = Vec::new();
         for s in 0..SESSIONS {
             let journal = journal.clone();
@@ -68,25 +74,36 @@ fn acked_appends_survive_sigkill() {
         if parts.next() != Some("ack") {
             continue;
         }
-        let (sid, id) = (parts.next().unwrap().to_owned(), parts.next().unwrap().parse::<u64>().unwrap());
+        let (sid, id) = (
+            parts.next().unwrap().to_owned(),
+            parts.next().unwrap().parse::<u64>().unwrap(),
+        );
         let max = acked.entry(sid).or_default();
         *max = (*max).max(id);
         seen += 1;
     }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
     // Acks printed after our last read but before the kill are durable too;
     // read them so the check is against everything acknowledged.
     for line in lines.map_while(Result::ok) {
         let mut parts = line.split_whitespace();
         if parts.next() == Some("ack") {
-            let (sid, id) = (parts.next().unwrap().to_owned(), parts.next().unwrap().parse::<u64>().unwrap());
+            let (sid, id) = (
+                parts.next().unwrap().to_owned(),
+                parts.next().unwrap().parse::<u64>().unwrap(),
+            );
             let max = acked.entry(sid).or_default();
             *max = (*max).max(id);
         }
     }
     child.wait().unwrap();
 
-    let journal = Journal::open(&dir.path().join("journal.redb"), JournalOptions::default()).unwrap();
+    let journal =
+        Journal::open(&dir.path().join("journal.redb"), JournalOptions::default()).unwrap();
     for (sid, max_acked) in &acked {
         let sid = SessionId(sid.clone());
         let events = journal.events(&sid, 0).unwrap();
@@ -94,12 +111,23 @@ fn acked_appends_survive_sigkill() {
         // No gaps, ids 1..=last, each event intact and in order.
         for (i, (id, rec)) in events.iter().enumerate() {
             assert_eq!(*id, i as u64 + 1);
-            let SessionEvent::AgentMessageChunk { text } = &rec.event else { panic!("wrong event") };
+            let SessionEvent::AgentMessageChunk { text } = &rec.event else {
+                panic!("wrong event")
+            };
             assert_eq!(text, &format!("{}:{}", &sid.as_str()[5..], i));
         }
         // Everything acked is there; at most the one in-flight append beyond it.
-        assert!(last >= *max_acked, "{sid}: acked {max_acked} but only {last} survived");
-        assert!(last <= max_acked + 1, "{sid}: {last} present but only {max_acked} acked, one in flight at most");
+        assert!(
+            last >= *max_acked,
+            "{sid}: acked {max_acked} but only {last} survived"
+        );
+        assert!(
+            last <= max_acked + 1,
+            "{sid}: {last} present but only {max_acked} acked, one in flight at most"
+        );
     }
-    assert!(acked.len() > 1, "appends from several sessions were in flight");
+    assert!(
+        acked.len() > 1,
+        "appends from several sessions were in flight"
+    );
 }

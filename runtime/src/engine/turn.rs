@@ -10,7 +10,9 @@ use tokio::sync::mpsc;
 use super::{SinkError, TurnControl, TurnSink};
 use crate::content::Prompt;
 use crate::event::{SessionEvent, ToolCallStatus};
-use crate::frame::{fingerprint, Accounting, Frame, Phase, ToolOutcome, ToolOutcomeStatus, FRAME_VERSION};
+use crate::frame::{
+    fingerprint, Accounting, Frame, Phase, ToolOutcome, ToolOutcomeStatus, FRAME_VERSION,
+};
 use crate::history::{Message, ToolCallRequest};
 use crate::ids::{SessionId, TurnId};
 use crate::model::{ModelDelta, ModelProvider, ModelRequest, ModelResponse, ModelStop, Usage};
@@ -130,7 +132,10 @@ impl Turn<'_> {
             if iteration >= self.spec.max_model_calls {
                 return Ok(Terminal::new(
                     TerminalKind::MaxTurnRequests,
-                    format!("the turn reached its limit of {} model calls", self.spec.max_model_calls),
+                    format!(
+                        "the turn reached its limit of {} model calls",
+                        self.spec.max_model_calls
+                    ),
                 ));
             }
             let response = match self.call_model(iteration).await? {
@@ -139,17 +144,33 @@ impl Turn<'_> {
             };
             self.accounting.model_calls += 1;
             self.accounting.usage.add(response.usage);
+            // Tool calls enter the transcript only when they will run: a call
+            // without a result would make the next request invalid.
+            let runs_tools = matches!(response.stop, ModelStop::EndTurn | ModelStop::ToolUse)
+                && !response.tool_calls.is_empty();
             self.turn_messages.push(Message::Assistant {
                 text: response.text.clone(),
-                tool_calls: response.tool_calls.clone(),
+                tool_calls: if runs_tools {
+                    response.tool_calls.clone()
+                } else {
+                    Vec::new()
+                },
             });
             match response.stop {
                 ModelStop::MaxTokens => {
-                    return Ok(Terminal::new(TerminalKind::MaxTokens, "the model hit its output token limit"))
+                    return Ok(Terminal::new(
+                        TerminalKind::MaxTokens,
+                        "the model hit its output token limit",
+                    ))
                 }
-                ModelStop::Refusal => return Ok(Terminal::new(TerminalKind::Refusal, "the model refused")),
+                ModelStop::Refusal => {
+                    return Ok(Terminal::new(TerminalKind::Refusal, "the model refused"))
+                }
                 ModelStop::EndTurn | ModelStop::ToolUse if response.tool_calls.is_empty() => {
-                    return Ok(Terminal::new(TerminalKind::Completed, "the model ended its turn"))
+                    return Ok(Terminal::new(
+                        TerminalKind::Completed,
+                        "the model ended its turn",
+                    ))
                 }
                 ModelStop::EndTurn | ModelStop::ToolUse => {}
             }
@@ -212,7 +233,13 @@ impl Turn<'_> {
         self.sink.emit(event).await
     }
 
-    fn frame(&self, phase: Phase, iteration: u32, outcomes: Vec<ToolOutcome>, unstarted: Vec<ToolCallRequest>) -> Frame {
+    fn frame(
+        &self,
+        phase: Phase,
+        iteration: u32,
+        outcomes: Vec<ToolOutcome>,
+        unstarted: Vec<ToolCallRequest>,
+    ) -> Frame {
         Frame {
             version: FRAME_VERSION,
             session_id: self.spec.session_id.clone(),
@@ -230,7 +257,11 @@ impl Turn<'_> {
 
     /// Announces, checkpoints, dispatches and settles one tool batch, then
     /// records each outcome as a tool message (in call order).
-    async fn run_tool_batch(&mut self, iteration: u32, calls: Vec<ToolCallRequest>) -> Result<(), Exit> {
+    async fn run_tool_batch(
+        &mut self,
+        iteration: u32,
+        calls: Vec<ToolCallRequest>,
+    ) -> Result<(), Exit> {
         for call in &calls {
             let (title, kind) = match self.deps.tools.get(&call.name) {
                 Some(tool) => (tool.title(&call.arguments), tool.kind()),
@@ -276,20 +307,32 @@ impl Turn<'_> {
         Ok(())
     }
 
-    async fn dispatch(&self, ctx: &ToolContext, call: &ToolCallRequest) -> Result<ToolOutcome, SinkError> {
+    async fn dispatch(
+        &self,
+        ctx: &ToolContext,
+        call: &ToolCallRequest,
+    ) -> Result<ToolOutcome, SinkError> {
         let settle = |status: ToolOutcomeStatus, content: String| ToolOutcome {
             call: call.clone(),
             status,
             content,
         };
         if self.deps.control.is_stopped() {
-            self.update(call, ToolCallStatus::Failed, json!({"dispatched": false, "reason": NOT_SENT}), NOT_SENT)
-                .await?;
+            self.update(
+                call,
+                ToolCallStatus::Failed,
+                json!({"dispatched": false, "reason": NOT_SENT}),
+                NOT_SENT,
+            )
+            .await?;
             return Ok(settle(ToolOutcomeStatus::Interrupted, NOT_SENT.into()));
         }
         let Some(tool) = self.deps.tools.get(&call.name) else {
-            let err = ToolError::UnknownTool { name: call.name.clone() };
-            self.update(call, ToolCallStatus::Failed, json!(err), &err.to_string()).await?;
+            let err = ToolError::UnknownTool {
+                name: call.name.clone(),
+            };
+            self.update(call, ToolCallStatus::Failed, json!(err), &err.to_string())
+                .await?;
             return Ok(settle(ToolOutcomeStatus::Failed, err.to_string()));
         };
         self.sink
@@ -307,16 +350,23 @@ impl Turn<'_> {
         };
         match result {
             None => {
-                self.update(call, ToolCallStatus::Failed, json!({"dispatched": true, "reason": ABANDONED}), ABANDONED)
-                    .await?;
+                self.update(
+                    call,
+                    ToolCallStatus::Failed,
+                    json!({"dispatched": true, "reason": ABANDONED}),
+                    ABANDONED,
+                )
+                .await?;
                 Ok(settle(ToolOutcomeStatus::Unknown, ABANDONED.into()))
             }
             Some(Ok(output)) => {
-                self.update(call, ToolCallStatus::Completed, output.raw, &output.content).await?;
+                self.update(call, ToolCallStatus::Completed, output.raw, &output.content)
+                    .await?;
                 Ok(settle(ToolOutcomeStatus::Completed, output.content))
             }
             Some(Err(err)) => {
-                self.update(call, ToolCallStatus::Failed, json!(err), &err.to_string()).await?;
+                self.update(call, ToolCallStatus::Failed, json!(err), &err.to_string())
+                    .await?;
                 Ok(settle(ToolOutcomeStatus::Failed, format!("error: {err}")))
             }
         }

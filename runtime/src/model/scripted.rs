@@ -152,8 +152,9 @@ impl ScriptedModel {
     /// # Errors
     /// [`ModelError::Config`] naming the file and what is wrong with it.
     pub fn from_file(path: &Path) -> Result<Self, ModelError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ModelError::Config(format!("cannot read script {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ModelError::Config(format!("cannot read script {}: {e}", path.display()))
+        })?;
         let format = match path.extension().and_then(|e| e.to_str()) {
             Some("json") => "json",
             _ => "toml",
@@ -178,7 +179,12 @@ impl ScriptedModel {
                 (None, Some(r)) => Matcher::Regex(
                     Regex::new(&r).map_err(|e| format!("rule {}: bad regex: {e}", i + 1))?,
                 ),
-                _ => return Err(format!("rule {}: give exactly one of `match` or `regex`", i + 1)),
+                _ => {
+                    return Err(format!(
+                        "rule {}: give exactly one of `match` or `regex`",
+                        i + 1
+                    ))
+                }
             };
             rules.push(Rule {
                 matcher,
@@ -372,20 +378,32 @@ mod tests {
         let model = ScriptedModel::parse(SCRIPT, "toml", "t").unwrap();
         let (first, deltas) = play(&model, "please WRITE it", 0).await;
         assert_eq!(first.stop, ModelStop::ToolUse);
-        assert_eq!(deltas, vec![ModelDelta::Text("writing in /tmp/work".into())]);
+        assert_eq!(
+            deltas,
+            vec![ModelDelta::Text("writing in /tmp/work".into())]
+        );
         assert_eq!(first.tool_calls[0].id.as_str(), "turn_1_0_0");
         assert_eq!(first.tool_calls[0].arguments["path"], "/tmp/work/a.txt");
         assert_eq!(first.tool_calls[0].arguments["content"], "please WRITE it");
         let (second, _) = play(&model, "please WRITE it", 1).await;
         assert_eq!(second.stop, ModelStop::EndTurn);
         assert_eq!(second.text, "done");
-        assert_eq!(second.usage, Usage { input_tokens: 7, output_tokens: 3 });
+        assert_eq!(
+            second.usage,
+            Usage {
+                input_tokens: 7,
+                output_tokens: 3
+            }
+        );
     }
 
     #[tokio::test]
     async fn regex_stop_and_fallback() {
         let model = ScriptedModel::parse(SCRIPT, "toml", "t").unwrap();
-        assert_eq!(play(&model, "refuse this", 0).await.0.stop, ModelStop::Refusal);
+        assert_eq!(
+            play(&model, "refuse this", 0).await.0.stop,
+            ModelStop::Refusal
+        );
         let (fb, _) = play(&model, "hello", 0).await;
         assert!(fb.text.contains("no rule matches: hello"));
         assert_eq!(fb.stop, ModelStop::EndTurn);
@@ -397,7 +415,8 @@ mod tests {
         assert!(err.contains("rule 1"), "{err}");
         let err = ScriptedModel::parse(r#"{"rules":[{"regex":"("}]}"#, "json", "t").unwrap_err();
         assert!(err.contains("bad regex"), "{err}");
-        let err = ScriptedModel::parse("[[rules]]\nmatch='x'\nsteps=[{jump=1}]", "toml", "t").unwrap_err();
+        let err = ScriptedModel::parse("[[rules]]\nmatch='x'\nsteps=[{jump=1}]", "toml", "t")
+            .unwrap_err();
         assert!(err.contains("jump") || err.contains("variant"), "{err}");
     }
 

@@ -96,7 +96,8 @@ impl Tool for ReadFile {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "read_file".into(),
-            description: "Read a text file by absolute path (inside the session's directories).".into(),
+            description: "Read a text file by absolute path (inside the session's directories)."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -114,7 +115,10 @@ impl Tool for ReadFile {
     }
 
     fn title(&self, arguments: &Value) -> String {
-        format!("read {}", arguments.get("path").and_then(Value::as_str).unwrap_or("?"))
+        format!(
+            "read {}",
+            arguments.get("path").and_then(Value::as_str).unwrap_or("?")
+        )
     }
 
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
@@ -133,7 +137,9 @@ impl Tool for ReadFile {
                 limit: self.max_bytes,
             });
         }
-        let bytes = tokio::fs::read(&path).await.map_err(|e| io_err("read", &path, e))?;
+        let bytes = tokio::fs::read(&path)
+            .await
+            .map_err(|e| io_err("read", &path, e))?;
         let text = String::from_utf8_lossy(&bytes);
         let content = match (line, limit) {
             (None, None) => text.into_owned(),
@@ -177,7 +183,10 @@ impl Tool for WriteFile {
     }
 
     fn title(&self, arguments: &Value) -> String {
-        format!("write {}", arguments.get("path").and_then(Value::as_str).unwrap_or("?"))
+        format!(
+            "write {}",
+            arguments.get("path").and_then(Value::as_str).unwrap_or("?")
+        )
     }
 
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
@@ -223,7 +232,10 @@ mod tests {
             .call(&c, json!({"path": p, "content": "one\ntwo\nthree\n"}))
             .await
             .unwrap();
-        let all = ReadFile::default().call(&c, json!({"path": p})).await.unwrap();
+        let all = ReadFile::default()
+            .call(&c, json!({"path": p}))
+            .await
+            .unwrap();
         assert_eq!(all.content, "one\ntwo\nthree\n");
         let part = ReadFile::default()
             .call(&c, json!({"path": p, "line": 2, "limit": 1}))
@@ -237,16 +249,32 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let other = tempfile::tempdir().unwrap();
         let c = ctx(dir.path(), &[]);
-        let dotdot = format!("{}/../{}/x", dir.path().display(), other.path().file_name().unwrap().to_string_lossy());
+        let dotdot = format!(
+            "{}/../{}/x",
+            dir.path().display(),
+            other.path().file_name().unwrap().to_string_lossy()
+        );
         for path in [dotdot, "/etc/passwd".to_owned()] {
-            let err = ReadFile::default().call(&c, json!({"path": path})).await.unwrap_err();
-            assert!(matches!(err, ToolError::OutsideRoots { .. }), "{path}: {err:?}");
+            let err = ReadFile::default()
+                .call(&c, json!({"path": path}))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, ToolError::OutsideRoots { .. }),
+                "{path}: {err:?}"
+            );
         }
-        let err = WriteFile.call(&c, json!({"path": "rel.txt", "content": ""})).await.unwrap_err();
+        let err = WriteFile
+            .call(&c, json!({"path": "rel.txt", "content": ""}))
+            .await
+            .unwrap_err();
         assert!(matches!(err, ToolError::RelativePath { .. }));
         std::os::unix::fs::symlink(other.path(), dir.path().join("link")).unwrap();
         let err = WriteFile
-            .call(&c, json!({"path": dir.path().join("link/evil.txt"), "content": "x"}))
+            .call(
+                &c,
+                json!({"path": dir.path().join("link/evil.txt"), "content": "x"}),
+            )
             .await
             .unwrap_err();
         assert!(matches!(err, ToolError::OutsideRoots { .. }));
@@ -259,10 +287,16 @@ mod tests {
         let extra = tempfile::tempdir().unwrap();
         let c = ctx(dir.path(), &[extra.path()]);
         WriteFile
-            .call(&c, json!({"path": extra.path().join("b.txt"), "content": "b"}))
+            .call(
+                &c,
+                json!({"path": extra.path().join("b.txt"), "content": "b"}),
+            )
             .await
             .unwrap();
-        assert_eq!(std::fs::read_to_string(extra.path().join("b.txt")).unwrap(), "b");
+        assert_eq!(
+            std::fs::read_to_string(extra.path().join("b.txt")).unwrap(),
+            "b"
+        );
     }
 
     #[tokio::test]

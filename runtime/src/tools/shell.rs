@@ -93,7 +93,10 @@ impl Tool for Shell {
     }
 
     fn title(&self, arguments: &Value) -> String {
-        let cmd = arguments.get("command").and_then(Value::as_str).unwrap_or("");
+        let cmd = arguments
+            .get("command")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let short: String = cmd.chars().take(80).collect();
         format!("shell: {short}")
     }
@@ -130,28 +133,32 @@ impl Tool for Shell {
                 .take()
                 .map(|p| tokio::spawn(capture(p, self.output_limit_bytes, Arc::clone(&err)))),
         ];
-        let status = match tokio::time::timeout(Duration::from_millis(timeout_ms), child.wait()).await {
-            Ok(Ok(status)) => status,
-            Ok(Err(e)) => {
-                return Err(ToolError::Io {
-                    op: "wait".into(),
-                    path: command.into(),
-                    message: e.to_string(),
-                })
-            }
-            Err(_) => {
-                if let Some(pid) = child.id() {
-                    let _ = nix::sys::signal::killpg(
-                        nix::unistd::Pid::from_raw(pid as i32),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
+        let status =
+            match tokio::time::timeout(Duration::from_millis(timeout_ms), child.wait()).await {
+                Ok(Ok(status)) => status,
+                Ok(Err(e)) => {
+                    return Err(ToolError::Io {
+                        op: "wait".into(),
+                        path: command.into(),
+                        message: e.to_string(),
+                    })
                 }
-                return Err(ToolError::Timeout { timeout_ms });
-            }
-        };
+                Err(_) => {
+                    if let Some(pid) = child.id() {
+                        let _ = nix::sys::signal::killpg(
+                            nix::unistd::Pid::from_raw(pid as i32),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
+                    }
+                    return Err(ToolError::Timeout { timeout_ms });
+                }
+            };
         for reader in readers.into_iter().flatten() {
             let abort = reader.abort_handle();
-            if tokio::time::timeout(Duration::from_millis(PIPE_GRACE_MS), reader).await.is_err() {
+            if tokio::time::timeout(Duration::from_millis(PIPE_GRACE_MS), reader)
+                .await
+                .is_err()
+            {
                 abort.abort();
             }
         }
@@ -206,21 +213,33 @@ mod tests {
     async fn runs_in_cwd_and_captures_both_streams() {
         let dir = tempfile::tempdir().unwrap();
         let out = Shell::default()
-            .call(&ctx(dir.path()), json!({"command": "pwd; echo oops >&2; exit 3"}))
+            .call(
+                &ctx(dir.path()),
+                json!({"command": "pwd; echo oops >&2; exit 3"}),
+            )
             .await
             .unwrap();
         assert_eq!(out.raw["exit_code"], 3);
         let pwd = out.raw["stdout"].as_str().unwrap().trim().to_owned();
-        assert_eq!(std::fs::canonicalize(pwd).unwrap(), std::fs::canonicalize(dir.path()).unwrap());
+        assert_eq!(
+            std::fs::canonicalize(pwd).unwrap(),
+            std::fs::canonicalize(dir.path()).unwrap()
+        );
         assert_eq!(out.raw["stderr"], "oops\n");
     }
 
     #[tokio::test]
     async fn output_is_bounded() {
         let dir = tempfile::tempdir().unwrap();
-        let shell = Shell { output_limit_bytes: 10, ..Shell::default() };
+        let shell = Shell {
+            output_limit_bytes: 10,
+            ..Shell::default()
+        };
         let out = shell
-            .call(&ctx(dir.path()), json!({"command": "head -c 100000 /dev/zero | tr '\\0' a"}))
+            .call(
+                &ctx(dir.path()),
+                json!({"command": "head -c 100000 /dev/zero | tr '\\0' a"}),
+            )
             .await
             .unwrap();
         assert_eq!(out.raw["stdout"], "aaaaaaaaaa");
@@ -242,7 +261,10 @@ mod tests {
         assert_eq!(c.processes.kill_all(), 1);
         // The child is ours to reap only via init; wait until it is gone.
         for _ in 0..200 {
-            if !alive(pid) || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z")) {
+            if !alive(pid)
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z"))
+            {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -253,10 +275,16 @@ mod tests {
     #[tokio::test]
     async fn bad_arguments_are_typed_errors() {
         let dir = tempfile::tempdir().unwrap();
-        let err = Shell::default().call(&ctx(dir.path()), json!({"command": 5})).await.unwrap_err();
+        let err = Shell::default()
+            .call(&ctx(dir.path()), json!({"command": 5}))
+            .await
+            .unwrap_err();
         assert!(matches!(err, ToolError::InvalidArguments { .. }));
         let err = Shell::default()
-            .call(&ctx(dir.path()), json!({"command": "sleep 5", "timeout_ms": 50}))
+            .call(
+                &ctx(dir.path()),
+                json!({"command": "sleep 5", "timeout_ms": 50}),
+            )
             .await
             .unwrap_err();
         assert_eq!(err, ToolError::Timeout { timeout_ms: 50 });

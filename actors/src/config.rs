@@ -1,0 +1,43 @@
+//! What a node runs with.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use berth_runtime::clock::{Clock, SystemClock};
+use berth_runtime::ids::{IdSource, RandomIds};
+use berth_runtime::model::ModelProvider;
+use berth_runtime::tools::ToolSet;
+
+/// Node configuration.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Data directory; the journal is `<data_dir>/journal.redb`.
+    pub data_dir: PathBuf,
+    /// The model every session uses.
+    pub model: Arc<dyn ModelProvider>,
+    /// The tools every session offers.
+    pub tools: ToolSet,
+    /// Model calls per turn before it ends with `max_turn_requests` (default 50).
+    pub max_model_calls: u32,
+    /// redb quick-repair (see `berth_storage::JournalOptions`).
+    pub quick_repair: bool,
+    /// Time source.
+    pub clock: Arc<dyn Clock>,
+    /// Id source.
+    pub ids: Arc<dyn IdSource>,
+}
+
+impl NodeConfig {
+    /// Defaults: built-in tools, 50 model calls per turn, system clock, random ids.
+    pub fn new(data_dir: impl Into<PathBuf>, model: Arc<dyn ModelProvider>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            model,
+            tools: ToolSet::builtin(),
+            max_model_calls: 50,
+            quick_repair: false,
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(RandomIds),
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Typed control errors. Each maps to one JSON-RPC error code in the adapters.
+
+use berth_runtime::ids::{SessionId, TurnId};
+use berth_storage::StorageError;
+
+/// Why a control was refused or failed. A refused control changed nothing.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ControlError {
+    /// The server holds no such session (`remote-session-control.md`: `-32004`).
+    #[error("session {session_id} not found")]
+    UnknownSession {
+        /// The id asked for.
+        session_id: SessionId,
+    },
+    /// The session was closed; it can be loaded but not prompted.
+    #[error("session {session_id} is closed")]
+    SessionClosed {
+        /// The session.
+        session_id: SessionId,
+    },
+    /// A prompt turn is already running on the session.
+    #[error("session {session_id} already has an active prompt ({turn_id})")]
+    PromptActive {
+        /// The session.
+        session_id: SessionId,
+        /// The running turn.
+        turn_id: TurnId,
+    },
+    /// A parameter is invalid (ACP `-32602`); `field` names it on the wire.
+    #[error("invalid {field}: {reason}")]
+    InvalidParams {
+        /// The wire name of the field.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The journal failed; nothing was acknowledged.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The session actor failed while handling the control; the supervisor
+    /// restarts it from the journal.
+    #[error("session actor failed: {0}")]
+    ActorFailed(String),
+}
+
+impl ControlError {
+    /// Shorthand for [`ControlError::InvalidParams`].
+    pub fn invalid(field: &str, reason: &str) -> Self {
+        Self::InvalidParams {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}

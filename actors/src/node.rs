@@ -1,0 +1,378 @@
+//! The node: the journal, the registry and the supervisor wired together, and
+//! the control API the adapters call.
+//!
+//! Every method routes to the session's actor (rehydrating it if needed) and
+//! returns only once the decision is durable.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use berth_runtime::content::Prompt;
+use berth_runtime::ids::{EventId, SessionId, TurnId};
+use berth_runtime::model::Usage;
+use berth_runtime::terminal::{StopReason, Terminal, TerminalKind};
+use berth_storage::{Batch, Journal, JournalOptions, SessionRecord};
+use ractor::rpc::CallResult;
+use ractor::{Actor, ActorRef, RpcReplyPort};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::config::NodeConfig;
+use crate::error::ControlError;
+use crate::registry::Registry;
+use crate::session::{seal_open_turn, AttachOutcome, SessionEnv, SessionMsg};
+use crate::supervisor::Supervisor;
+use crate::watch::Watcher;
+
+/// The default (and only) session mode id.
+pub const DEFAULT_MODE_ID: &str = "default";
+
+/// Parameters of `session/new`.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    /// Working directory; must be absolute and an existing directory.
+    pub cwd: PathBuf,
+    /// Extra directories for the file tools; each must be absolute.
+    pub additional_directories: Vec<PathBuf>,
+    /// MCP server configs as received (stored with the session).
+    pub mcp_servers: Vec<Value>,
+}
+
+/// How a prompt turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptOutcome {
+    /// The turn.
+    pub turn_id: TurnId,
+    /// Typed terminal.
+    pub terminal: Terminal,
+    /// ACP stop reason (`None` for an error terminal).
+    pub stop_reason: Option<StopReason>,
+    /// Tokens the turn used.
+    pub usage: Usage,
+}
+
+/// Answer to `session/cancel` (`remote-session-control.md`, "Stop").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelStatus {
+    /// This cancel stopped the running turn.
+    Cancelled,
+    /// The turn was already stopping or stopped, or nothing was running.
+    AlreadyCancelled,
+}
+
+/// A session's status, as `session/list` reports it.
+#[derive(Debug, Clone)]
+pub struct SessionStatus {
+    /// The durable record.
+    pub record: SessionRecord,
+    /// Held in memory (`liveState: live`) or only on disk (`persisted`).
+    pub live: bool,
+    /// A turn is running.
+    pub active_prompt: bool,
+    /// Last event id (0: no events yet).
+    pub last_event_id: EventId,
+}
+
+/// Errors starting a node.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The data directory cannot be created.
+    #[error("cannot create data dir {path}: {message}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// OS error.
+        message: String,
+    },
+    /// The journal cannot be opened or recovered.
+    #[error(transparent)]
+    Storage(#[from] berth_storage::StorageError),
+    /// The supervisor did not start.
+    #[error("cannot start the supervisor: {0}")]
+    Supervisor(String),
+}
+
+/// A running berth node.
+#[derive(Debug, Clone)]
+pub struct Node {
+    env: Arc<SessionEnv>,
+    registry: Arc<Registry>,
+    supervisor: ActorRef<()>,
+}
+
+impl Node {
+    /// Opens the journal in `config.data_dir`, seals every turn that was running
+    /// when the previous process died (terminal `process_restarted`, owner
+    /// `harness`; never re-run), and starts the supervisor.
+    ///
+    /// # Errors
+    /// [`NodeError`] when the data dir or journal is unusable.
+    pub async fn start(config: NodeConfig) -> Result<Self, NodeError> {
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| NodeError::DataDir {
+            path: config.data_dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let journal = Journal::open(
+            &config.data_dir.join("journal.redb"),
+            JournalOptions {
+                quick_repair: config.quick_repair,
+            },
+        )?;
+        let env = Arc::new(SessionEnv { journal, config });
+        for open in env.journal.open_turns()? {
+            seal_open_turn(
+                &env,
+                &open.session_id,
+                Terminal::new(
+                    TerminalKind::ProcessRestarted,
+                    "berth restarted while this turn was running; it was sealed, not re-run",
+                ),
+            )
+            .await?;
+        }
+        let registry = Arc::new(Registry::new(Arc::clone(&env)));
+        let (supervisor, _) = Actor::spawn(None, Supervisor, Arc::clone(&registry))
+            .await
+            .map_err(|e| NodeError::Supervisor(e.to_string()))?;
+        registry.set_supervisor(supervisor.get_cell());
+        Ok(Self {
+            env,
+            registry,
+            supervisor,
+        })
+    }
+
+    /// The journal (read access for tools such as benchmarks and replay).
+    pub fn journal(&self) -> &Journal {
+        &self.env.journal
+    }
+
+    /// The node configuration.
+    pub fn config(&self) -> &NodeConfig {
+        &self.env.config
+    }
+
+    /// Sends a message built by `make` to the session's actor and awaits the
+    /// reply, retrying once if the actor stopped between lookup and send.
+    async fn call<T: Send + 'static>(
+        &self,
+        id: &SessionId,
+        make: impl Fn(RpcReplyPort<T>) -> SessionMsg,
+    ) -> Result<T, ControlError> {
+        let mut retried = false;
+        loop {
+            let actor = self.registry.get_or_spawn(id).await?;
+            match actor.call(&make, None).await {
+                Ok(CallResult::Success(value)) => return Ok(value),
+                Ok(CallResult::Timeout) => {
+                    return Err(ControlError::ActorFailed("timed out".into()))
+                }
+                Ok(CallResult::SenderError) => return Err(ControlError::ActorFailed(
+                    "the session actor stopped before answering; it is restarted from the journal"
+                        .into(),
+                )),
+                Err(_) if !retried => {
+                    // A stale reference to an actor that just stopped.
+                    self.registry.forget(actor.get_id()).await;
+                    retried = true;
+                }
+                Err(e) => return Err(ControlError::ActorFailed(e.to_string())),
+            }
+        }
+    }
+
+    /// Creates a session (durable on return) and makes it live.
+    ///
+    /// # Errors
+    /// [`ControlError::InvalidParams`] for a relative or missing `cwd` or a
+    /// relative additional directory; [`ControlError::Storage`].
+    pub async fn new_session(&self, params: NewSession) -> Result<SessionRecord, ControlError> {
+        if !params.cwd.is_absolute() {
+            return Err(ControlError::invalid("cwd", "must be an absolute path"));
+        }
+        if !params.cwd.is_dir() {
+            return Err(ControlError::invalid("cwd", "is not an existing directory"));
+        }
+        if let Some(bad) = params
+            .additional_directories
+            .iter()
+            .find(|d| !d.is_absolute())
+        {
+            return Err(ControlError::invalid(
+                "additionalDirectories",
+                &format!("{} is not an absolute path", bad.display()),
+            ));
+        }
+        let now = self.env.config.clock.now();
+        let record = SessionRecord {
+            session_id: SessionId(self.env.config.ids.new_id("sess")),
+            cwd: params.cwd,
+            additional_directories: params.additional_directories,
+            mcp_servers: params.mcp_servers,
+            mode_id: DEFAULT_MODE_ID.into(),
+            title: None,
+            created_at: now,
+            updated_at: now,
+            closed_at: None,
+        };
+        self.env
+            .journal
+            .commit(Batch::new().put_session(&record))
+            .await?;
+        self.registry.get_or_spawn(&record.session_id).await?;
+        Ok(record)
+    }
+
+    /// Checks that the server holds the session.
+    ///
+    /// # Errors
+    /// [`ControlError::UnknownSession`]; [`ControlError::Storage`].
+    pub async fn ensure_exists(&self, id: &SessionId) -> Result<(), ControlError> {
+        if self.registry.get_live(id).await.is_some() || self.env.journal.session(id)?.is_some() {
+            Ok(())
+        } else {
+            Err(ControlError::UnknownSession {
+                session_id: id.clone(),
+            })
+        }
+    }
+
+    /// Runs a prompt turn; resolves when the turn is sealed (durable).
+    ///
+    /// # Errors
+    /// `UnknownSession`, `SessionClosed`, `PromptActive`, `Storage`, `ActorFailed`.
+    pub async fn prompt(
+        &self,
+        id: &SessionId,
+        prompt: Prompt,
+    ) -> Result<PromptOutcome, ControlError> {
+        self.call(id, |reply| SessionMsg::Prompt {
+            prompt: prompt.clone(),
+            reply,
+        })
+        .await?
+    }
+
+    /// Cancels the running turn (idempotent).
+    ///
+    /// # Errors
+    /// [`ControlError::UnknownSession`] when the server holds no such session.
+    pub async fn cancel(&self, id: &SessionId) -> Result<CancelStatus, ControlError> {
+        match self.registry.get_live(id).await {
+            Some(_) => self.call(id, |reply| SessionMsg::Cancel { reply }).await,
+            // Not live: nothing can be running (open turns are sealed at start-up).
+            None if self.env.journal.session(id)?.is_some() => Ok(CancelStatus::AlreadyCancelled),
+            None => Err(ControlError::UnknownSession {
+                session_id: id.clone(),
+            }),
+        }
+    }
+
+    /// Closes the session: cancels a running turn, records the close durably and
+    /// drops the session from memory. It stays readable by `session/load`.
+    ///
+    /// # Errors
+    /// `UnknownSession`, `Storage`, `ActorFailed`.
+    pub async fn close(&self, id: &SessionId) -> Result<(), ControlError> {
+        self.call(id, |reply| SessionMsg::Close { reply }).await?
+    }
+
+    /// Attaches `watcher` to the session; with `replay`, every persisted event is
+    /// delivered to it before this returns.
+    ///
+    /// # Errors
+    /// `UnknownSession`, `Storage`, `ActorFailed`.
+    pub async fn attach(
+        &self,
+        id: &SessionId,
+        watcher: Arc<dyn Watcher>,
+        replay: bool,
+    ) -> Result<AttachOutcome, ControlError> {
+        self.call(id, |reply| SessionMsg::Attach {
+            watcher: Arc::clone(&watcher),
+            replay,
+            reply,
+        })
+        .await?
+    }
+
+    /// Detaches a watcher from a session (its connection closed). A session that
+    /// is not live has no watchers.
+    pub async fn detach(&self, id: &SessionId, watcher_id: u64) {
+        if let Some(actor) = self.registry.get_live(id).await {
+            let _ = actor.send_message(SessionMsg::Detach { watcher_id });
+        }
+    }
+
+    /// One page of sessions in id order after `cursor`, optionally only those
+    /// whose cwd is `cwd`. Returns the page and the cursor of the next page
+    /// (`None` when this is the last).
+    ///
+    /// # Errors
+    /// [`ControlError::Storage`].
+    pub async fn list(
+        &self,
+        cwd: Option<&Path>,
+        cursor: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<(Vec<SessionStatus>, Option<SessionId>), ControlError> {
+        let limit = limit.max(1);
+        let mut out = Vec::new();
+        let mut after = cursor.cloned();
+        loop {
+            let page = self.env.journal.sessions(after.as_ref(), limit)?;
+            let exhausted = page.len() < limit;
+            after = page.last().map(|r| r.session_id.clone());
+            for record in page {
+                if cwd.is_some_and(|c| c != record.cwd) {
+                    continue;
+                }
+                out.push(self.status_of(record).await?);
+                if out.len() == limit {
+                    let more =
+                        !exhausted || after.as_ref() != out.last().map(|s| &s.record.session_id);
+                    let next = more.then(|| out[limit - 1].record.session_id.clone());
+                    return Ok((out, next));
+                }
+            }
+            if exhausted {
+                return Ok((out, None));
+            }
+        }
+    }
+
+    async fn status_of(&self, record: SessionRecord) -> Result<SessionStatus, ControlError> {
+        if let Some(actor) = self.registry.get_live(&record.session_id).await {
+            if let Ok(CallResult::Success(status)) =
+                actor.call(|reply| SessionMsg::Status { reply }, None).await
+            {
+                return Ok(status);
+            }
+        }
+        let last_event_id = self.env.journal.last_event_id(&record.session_id)?;
+        Ok(SessionStatus {
+            record,
+            live: false,
+            active_prompt: false,
+            last_event_id,
+        })
+    }
+
+    /// Stops every session actor (their running turns stay open in the journal
+    /// and are sealed at the next start; their processes are killed) and the
+    /// supervisor.
+    pub async fn shutdown(&self) {
+        for id in self.registry.live_ids().await {
+            if let Some(actor) = self.registry.get_live(&id).await {
+                let _ = actor
+                    .stop_and_wait(
+                        Some("node shutdown".into()),
+                        Some(std::time::Duration::from_secs(5)),
+                    )
+                    .await;
+            }
+        }
+        self.supervisor.stop(None);
+    }
+}

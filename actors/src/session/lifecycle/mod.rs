@@ -1,0 +1,8 @@
+//! One file per control word: each is a small function from (state, command)
+//! to (decision, effects), run inside the session actor's handler.
+
+pub mod attach;
+pub mod cancel;
+pub mod close;
+pub mod prompt;
+pub mod status;

@@ -1,0 +1,14 @@
+//! The live status of a session (`session/list` entry).
+
+use super::super::SessionState;
+use crate::node::SessionStatus;
+
+/// Status as this actor knows it: live, with `activePrompt` true while a turn runs.
+pub(crate) fn status(state: &SessionState) -> SessionStatus {
+    SessionStatus {
+        record: state.record.clone(),
+        live: true,
+        active_prompt: state.turn.is_some(),
+        last_event_id: state.watchers.last_event_id(),
+    }
+}

@@ -1,0 +1,210 @@
+//! The session actor.
+//!
+//! One actor per live session. Its state is the session record, transcript,
+//! watchers, process groups and the running turn, if any. Each control word has
+//! its own handler file under [`lifecycle`]; [`SessionActor::handle`] only routes.
+
+pub mod lifecycle;
+mod seal;
+mod sink;
+
+use std::sync::Arc;
+
+use berth_runtime::content::Prompt;
+use berth_runtime::engine::{TurnControl, TurnOutcome};
+use berth_runtime::history::Message;
+use berth_runtime::ids::{EventId, SessionId, TurnId};
+use berth_runtime::tools::ProcessGroups;
+use berth_storage::{Journal, SessionRecord};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+pub use seal::seal_open_turn;
+
+use crate::config::NodeConfig;
+use crate::error::ControlError;
+use crate::node::{CancelStatus, PromptOutcome, SessionStatus};
+use crate::watch::{Watcher, Watchers};
+
+/// What every session actor of a node shares.
+#[derive(Debug)]
+pub struct SessionEnv {
+    /// The journal.
+    pub journal: Journal,
+    /// Node configuration (model, tools, limits, clock, ids).
+    pub config: NodeConfig,
+}
+
+/// The answer to an attach (`session/load`, `session/resume`, `session/new`).
+#[derive(Debug, Clone)]
+pub struct AttachOutcome {
+    /// The session record.
+    pub record: SessionRecord,
+    /// `(event id, type)` of each event replayed (empty without replay).
+    pub replayed: Vec<(EventId, &'static str)>,
+}
+
+/// Messages a session actor handles, one at a time, in arrival order.
+pub enum SessionMsg {
+    /// `session/prompt`: start a turn; the reply comes when the turn is sealed.
+    Prompt {
+        /// The prompt blocks.
+        prompt: Prompt,
+        /// Answered with the sealed outcome.
+        reply: RpcReplyPort<Result<PromptOutcome, ControlError>>,
+    },
+    /// `session/cancel`.
+    Cancel {
+        /// `cancelled` or `already_cancelled`.
+        reply: RpcReplyPort<CancelStatus>,
+    },
+    /// `session/close`: cancel, flush, drop.
+    Close {
+        /// Answered once the close is durable.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
+    /// `session/list` entry for this session.
+    Status {
+        /// The status.
+        reply: RpcReplyPort<SessionStatus>,
+    },
+    /// Registers a watcher, optionally replaying the whole log to it first.
+    Attach {
+        /// The watcher.
+        watcher: Arc<dyn Watcher>,
+        /// Replay every persisted event (`session/load`) or none (`session/resume`).
+        replay: bool,
+        /// Answered after the replayed events were delivered.
+        reply: RpcReplyPort<Result<AttachOutcome, ControlError>>,
+    },
+    /// Removes a watcher (its connection closed).
+    Detach {
+        /// The watcher id.
+        watcher_id: u64,
+    },
+    /// The running turn ended (sent by the turn task itself).
+    TurnFinished {
+        /// The turn.
+        turn_id: TurnId,
+        /// How it ended.
+        outcome: TurnOutcome,
+    },
+}
+
+/// The running turn, owned by the actor.
+pub(crate) struct RunningTurn {
+    pub turn_id: TurnId,
+    pub control: Arc<TurnControl>,
+    pub reply: Option<RpcReplyPort<Result<PromptOutcome, ControlError>>>,
+    /// Aborts the task if the actor goes away without sealing the turn.
+    pub task: tokio::task::AbortHandle,
+}
+
+/// A session actor's state.
+pub struct SessionState {
+    pub(crate) env: Arc<SessionEnv>,
+    pub(crate) record: SessionRecord,
+    pub(crate) transcript: Vec<Message>,
+    pub(crate) watchers: Arc<Watchers>,
+    pub(crate) processes: Arc<ProcessGroups>,
+    pub(crate) turn: Option<RunningTurn>,
+    /// A close waiting for the running turn to be sealed.
+    pub(crate) pending_close: Vec<RpcReplyPort<Result<(), ControlError>>>,
+}
+
+impl Drop for SessionState {
+    fn drop(&mut self) {
+        // The actor is gone (stopped or failed): nothing may keep running for it.
+        if let Some(turn) = &self.turn {
+            turn.task.abort();
+        }
+        self.processes.kill_all();
+    }
+}
+
+/// Arguments to spawn a session actor.
+pub struct SessionArgs {
+    /// Shared node environment.
+    pub env: Arc<SessionEnv>,
+    /// The session to rehydrate.
+    pub session_id: SessionId,
+}
+
+/// The session actor (stateless behaviour; the state is [`SessionState`]).
+pub struct SessionActor;
+
+#[ractor::async_trait]
+impl Actor for SessionActor {
+    type Msg = SessionMsg;
+    type State = SessionState;
+    type Arguments = SessionArgs;
+
+    /// Rehydrates from the journal. A turn still open here was running when a
+    /// previous actor for this session failed: it is sealed, not re-run.
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<SessionMsg>,
+        args: SessionArgs,
+    ) -> Result<SessionState, ActorProcessingErr> {
+        let journal = &args.env.journal;
+        let record = journal
+            .session(&args.session_id)?
+            .ok_or_else(|| format!("session {} is not in the journal", args.session_id))?;
+        seal_open_turn(
+            &args.env,
+            &args.session_id,
+            berth_runtime::terminal::Terminal::new(
+                berth_runtime::terminal::TerminalKind::InternalError,
+                "the session actor failed while this turn ran; it was restarted from the journal and the turn was sealed, not re-run",
+            ),
+        )
+        .await?;
+        let transcript = journal.transcript(&args.session_id)?;
+        let last = journal.last_event_id(&args.session_id)?;
+        Ok(SessionState {
+            env: args.env,
+            record,
+            transcript,
+            watchers: Arc::new(Watchers::new(last)),
+            processes: Arc::new(ProcessGroups::default()),
+            turn: None,
+            pending_close: Vec::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        msg: SessionMsg,
+        state: &mut SessionState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SessionMsg::Prompt { prompt, reply } => {
+                lifecycle::prompt::start(&myself, state, prompt, reply).await
+            }
+            SessionMsg::TurnFinished { turn_id, outcome } => {
+                lifecycle::prompt::finish(&myself, state, turn_id, outcome).await
+            }
+            SessionMsg::Cancel { reply } => {
+                let _ = reply.send(lifecycle::cancel::cancel(state));
+                Ok(())
+            }
+            SessionMsg::Close { reply } => lifecycle::close::close(&myself, state, reply).await,
+            SessionMsg::Status { reply } => {
+                let _ = reply.send(lifecycle::status::status(state));
+                Ok(())
+            }
+            SessionMsg::Attach {
+                watcher,
+                replay,
+                reply,
+            } => {
+                let _ = reply.send(lifecycle::attach::attach(state, watcher, replay));
+                Ok(())
+            }
+            SessionMsg::Detach { watcher_id } => {
+                state.watchers.detach(watcher_id);
+                Ok(())
+            }
+        }
+    }
+}

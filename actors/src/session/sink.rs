@@ -1,0 +1,52 @@
+//! The turn's sink: journal first, then watchers.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use berth_runtime::engine::{SinkError, TurnSink};
+use berth_runtime::event::{EventRecord, SessionEvent};
+use berth_runtime::frame::Frame;
+use berth_runtime::ids::SessionId;
+use berth_storage::Batch;
+
+use super::SessionEnv;
+use crate::watch::Watchers;
+
+/// Journals each event of a running turn, then publishes it to the session's
+/// watchers. Nothing reaches a watcher before it is durable.
+pub(crate) struct JournalSink {
+    pub env: Arc<SessionEnv>,
+    pub session_id: SessionId,
+    pub watchers: Arc<Watchers>,
+}
+
+#[async_trait]
+impl TurnSink for JournalSink {
+    async fn emit(&self, event: SessionEvent) -> Result<(), SinkError> {
+        let record = EventRecord {
+            at: self.env.config.clock.now(),
+            event,
+        };
+        let ids = self
+            .env
+            .journal
+            .commit(Batch::new().append(&self.session_id, &record))
+            .await
+            .map_err(|e| SinkError(e.to_string()))?;
+        let record = Arc::new(record);
+        self.watchers.publish(
+            &self.session_id,
+            ids.into_iter().map(|id| (id, Arc::clone(&record))),
+        );
+        Ok(())
+    }
+
+    async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError> {
+        self.env
+            .journal
+            .commit(Batch::new().put_frame(frame))
+            .await
+            .map(drop)
+            .map_err(|e| SinkError(e.to_string()))
+    }
+}

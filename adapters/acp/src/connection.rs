@@ -1,0 +1,220 @@
+//! One client connection.
+//!
+//! Inbound frames are read in order; each request runs as its own task, so a
+//! `session/cancel` or `session/list` never waits behind a running
+//! `session/prompt`. At most [`ServeOptions::max_in_flight`] requests run at
+//! once; past that a request is refused at once with -32007 (the reader never
+//! blocks, so a cancel can always get through). Everything outbound — responses
+//! and notifications — goes through one ordered queue to a single writer, so a
+//! turn's updates always precede its prompt response.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use berth_actors::{Node, SessionNotice, Watcher};
+use berth_runtime::ids::SessionId;
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::jsonrpc::{classify, encode_error, encode_result, Incoming, RpcError};
+use crate::methods;
+use crate::render::render_notice;
+use crate::transport::framing::{read_frame, Frame};
+
+/// Bounds of a connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// Longest accepted frame (bytes, default 8 MiB); longer ones are refused
+    /// with -32600 without being read into memory whole.
+    pub max_frame_bytes: usize,
+    /// Requests handled at once (default 64); more are refused with -32007.
+    pub max_in_flight: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            max_frame_bytes: 8 * 1024 * 1024,
+            max_in_flight: 64,
+        }
+    }
+}
+
+static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A connection's shared state, handed to every method handler.
+pub struct Connection {
+    /// Unique per process; also the connection's watcher id.
+    pub id: u64,
+    /// The node.
+    pub node: Node,
+    outbound: mpsc::UnboundedSender<String>,
+    attached: Mutex<HashSet<SessionId>>,
+    /// The `clientCapabilities` sent in `initialize` (null before).
+    pub client_capabilities: Mutex<Value>,
+}
+
+impl Connection {
+    /// Queues a frame for the writer. Returns `false` when the writer is gone.
+    pub fn send(&self, frame: String) -> bool {
+        self.outbound.send(frame).is_ok()
+    }
+
+    /// This connection as a session watcher.
+    pub fn watcher(&self) -> Arc<dyn Watcher> {
+        Arc::new(ConnectionWatcher {
+            id: self.id,
+            outbound: self.outbound.clone(),
+        })
+    }
+
+    /// Records that this connection watches `session_id`; returns `false` when
+    /// it already did.
+    pub fn mark_attached(&self, session_id: &SessionId) -> bool {
+        self.attached
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session_id.clone())
+    }
+
+    /// Attaches this connection to a session it does not watch yet (no replay).
+    ///
+    /// # Errors
+    /// As [`Node::attach`].
+    pub async fn ensure_attached(&self, session_id: &SessionId) -> Result<(), RpcError> {
+        let known = self
+            .attached
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(session_id);
+        if !known {
+            self.node.attach(session_id, self.watcher(), false).await?;
+            self.mark_attached(session_id);
+        }
+        Ok(())
+    }
+}
+
+/// Renders durable session events onto the connection's outbound queue.
+struct ConnectionWatcher {
+    id: u64,
+    outbound: mpsc::UnboundedSender<String>,
+}
+
+impl Watcher for ConnectionWatcher {
+    fn watcher_id(&self) -> u64 {
+        self.id
+    }
+
+    fn notify(&self, notice: &SessionNotice) -> bool {
+        render_notice(notice)
+            .into_iter()
+            .all(|frame| self.outbound.send(frame).is_ok())
+    }
+}
+
+/// Serves one connection over `reader`/`writer` until the reader ends and every
+/// in-flight request has been answered.
+///
+/// # Errors
+/// I/O errors of the reader or writer.
+pub async fn serve<R, W>(
+    node: Node,
+    reader: R,
+    writer: W,
+    options: ServeOptions,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (outbound, mut queue) = mpsc::unbounded_channel::<String>();
+    let writer_task = tokio::spawn(async move {
+        let mut writer = writer;
+        while let Some(frame) = queue.recv().await {
+            writer.write_all(frame.as_bytes()).await?;
+            writer.write_all(b"\n").await?;
+            if queue.is_empty() {
+                writer.flush().await?;
+            }
+        }
+        writer.flush().await
+    });
+    let conn = Arc::new(Connection {
+        id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
+        node,
+        outbound,
+        attached: Mutex::default(),
+        client_capabilities: Mutex::new(Value::Null),
+    });
+    let slots = Arc::new(Semaphore::new(options.max_in_flight));
+    let mut tasks = JoinSet::new();
+    let mut reader = BufReader::new(reader);
+    let read_result = loop {
+        let frame = match read_frame(&mut reader, options.max_frame_bytes).await {
+            Ok(Frame::Eof) => break Ok(()),
+            Ok(Frame::TooLarge { bytes }) => {
+                let mut err = RpcError::invalid_request("frame too large");
+                err.data = json!({"reason": "frame_too_large", "bytes": bytes, "limitBytes": options.max_frame_bytes});
+                conn.send(encode_error(&Value::Null, &err));
+                continue;
+            }
+            Ok(Frame::Line(line)) => line,
+            Err(e) => break Err(e),
+        };
+        if frame.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        while tasks.try_join_next().is_some() {}
+        match classify(&frame) {
+            Err((id, err)) => {
+                conn.send(encode_error(&id, &err));
+            }
+            Ok(Incoming::Response) => {}
+            Ok(Incoming::Notification { method, params }) => {
+                let conn = Arc::clone(&conn);
+                tasks.spawn(
+                    async move { methods::handle_notification(&conn, &method, params).await },
+                );
+            }
+            Ok(Incoming::Request { id, method, params }) => {
+                let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+                    let err = RpcError::new(
+                        -32007,
+                        "Too many requests in flight",
+                        json!({"reason": "too_many_requests", "limit": options.max_in_flight}),
+                    );
+                    conn.send(encode_error(&id, &err));
+                    continue;
+                };
+                let conn = Arc::clone(&conn);
+                tasks.spawn(async move {
+                    let frame = match methods::handle_request(&conn, &method, params).await {
+                        Ok(result) => encode_result(&id, result),
+                        Err(err) => encode_error(&id, &err),
+                    };
+                    conn.send(frame);
+                    drop(permit);
+                });
+            }
+        }
+    };
+    while tasks.join_next().await.is_some() {}
+    let sessions: Vec<SessionId> = conn
+        .attached
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain()
+        .collect();
+    for session_id in sessions {
+        conn.node.detach(&session_id, conn.id).await;
+    }
+    drop(conn);
+    let write_result = writer_task
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    read_result.and(write_result)
+}

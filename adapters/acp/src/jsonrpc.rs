@@ -1,0 +1,285 @@
+//! JSON-RPC 2.0 framing: classifying inbound messages and encoding outbound ones,
+//! with the typed errors berth answers.
+//!
+//! Error codes (JSON-RPC 2.0 §5.1, ACP "Error", `remote-session-control.md`):
+//!
+//! | code | meaning | `data` |
+//! |---|---|---|
+//! | -32700 | not JSON | `{reason}` |
+//! | -32600 | not a request object, a batch, or a frame over the size bound | `{reason, …}` |
+//! | -32601 | unknown method | `{method}` |
+//! | -32602 | bad params | `{field, reason}` |
+//! | -32603 | internal failure (journal, actor) | `{reason}` |
+//! | -32004 | session not held / no active prompt | `{sessionId}` |
+//! | -32005 | session is closed | `{sessionId, reason: "session_closed"}` |
+//! | -32006 | a prompt is already running | `{sessionId, turnId, reason: "prompt_active"}` |
+//! | -32007 | too many requests in flight on this connection | `{limit, reason: "too_many_requests"}` |
+
+use berth_actors::ControlError;
+use serde_json::{json, Map, Value};
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    /// Error code.
+    pub code: i64,
+    /// Short message.
+    pub message: String,
+    /// What exactly was wrong (always an object).
+    pub data: Value,
+}
+
+impl RpcError {
+    /// An error with `code`, `message` and `data`.
+    pub fn new(code: i64, message: impl Into<String>, data: Value) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            data,
+        }
+    }
+
+    /// -32700: the frame is not JSON.
+    pub fn parse_error(reason: impl std::fmt::Display) -> Self {
+        Self::new(-32700, "Parse error", json!({"reason": reason.to_string()}))
+    }
+
+    /// -32600: not a valid request.
+    pub fn invalid_request(reason: &str) -> Self {
+        Self::new(-32600, "Invalid Request", json!({"reason": reason}))
+    }
+
+    /// -32601: unknown method.
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(-32601, "Method not found", json!({"method": method}))
+    }
+
+    /// -32602: a bad parameter, naming it.
+    pub fn invalid_params(field: &str, reason: impl std::fmt::Display) -> Self {
+        Self::new(
+            -32602,
+            "Invalid params",
+            json!({"field": field, "reason": reason.to_string()}),
+        )
+    }
+
+    /// -32603: internal failure.
+    pub fn internal(reason: impl std::fmt::Display) -> Self {
+        Self::new(
+            -32603,
+            "Internal error",
+            json!({"reason": reason.to_string()}),
+        )
+    }
+
+    /// -32004: the server holds no such session.
+    pub fn unknown_session(session_id: &str) -> Self {
+        Self::new(
+            -32004,
+            "Session not found",
+            json!({"sessionId": session_id}),
+        )
+    }
+
+    /// -32602 from a serde error on `params`, naming the field when serde does.
+    pub fn from_serde(e: &serde_json::Error) -> Self {
+        let msg = e.to_string();
+        let field = msg
+            .split('`')
+            .nth(1)
+            .filter(|_| msg.starts_with("missing field") || msg.starts_with("unknown field"))
+            .unwrap_or("params")
+            .to_owned();
+        Self::invalid_params(&field, msg)
+    }
+}
+
+impl From<ControlError> for RpcError {
+    fn from(e: ControlError) -> Self {
+        match &e {
+            ControlError::UnknownSession { session_id } => {
+                Self::unknown_session(session_id.as_str())
+            }
+            ControlError::SessionClosed { session_id } => Self::new(
+                -32005,
+                e.to_string(),
+                json!({"sessionId": session_id, "reason": "session_closed"}),
+            ),
+            ControlError::PromptActive {
+                session_id,
+                turn_id,
+            } => Self::new(
+                -32006,
+                e.to_string(),
+                json!({"sessionId": session_id, "turnId": turn_id, "reason": "prompt_active"}),
+            ),
+            ControlError::InvalidParams { field, reason } => Self::invalid_params(field, reason),
+            ControlError::Storage(_) | ControlError::ActorFailed(_) => Self::internal(&e),
+        }
+    }
+}
+
+/// One classified inbound message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// A request: answer it.
+    Request {
+        /// Request id (string, number or null).
+        id: Value,
+        /// Method name.
+        method: String,
+        /// Params (`{}` when absent).
+        params: Value,
+    },
+    /// A notification: never answered.
+    Notification {
+        /// Method name.
+        method: String,
+        /// Params (`{}` when absent).
+        params: Value,
+    },
+    /// A response to something we sent (berth sends no requests yet: ignored).
+    Response,
+}
+
+/// Classifies one frame. An `Err` carries the id to answer with (null when
+/// unknown) and the error.
+pub fn classify(frame: &[u8]) -> Result<Incoming, (Value, RpcError)> {
+    let value: Value =
+        serde_json::from_slice(frame).map_err(|e| (Value::Null, RpcError::parse_error(e)))?;
+    let Value::Object(mut obj) = value else {
+        let reason = if value.is_array() {
+            "batch requests are not supported; send one message per line"
+        } else {
+            "a JSON-RPC message must be an object"
+        };
+        return Err((Value::Null, RpcError::invalid_request(reason)));
+    };
+    let id = obj.remove("id");
+    let id_value = id.clone().unwrap_or(Value::Null);
+    if let Some(id) = &id {
+        if !(id.is_string() || id.is_number() || id.is_null()) {
+            return Err((
+                Value::Null,
+                RpcError::invalid_request("`id` must be a string, number or null"),
+            ));
+        }
+    }
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err((
+            id_value,
+            RpcError::invalid_request("`jsonrpc` must be \"2.0\""),
+        ));
+    }
+    let Some(method) = obj.remove("method") else {
+        if obj.contains_key("result") || obj.contains_key("error") {
+            return Ok(Incoming::Response);
+        }
+        return Err((id_value, RpcError::invalid_request("`method` is missing")));
+    };
+    let Value::String(method) = method else {
+        return Err((
+            id_value,
+            RpcError::invalid_request("`method` must be a string"),
+        ));
+    };
+    let params = match obj.remove("params") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(p @ Value::Object(_)) => p,
+        Some(_) => {
+            return Err((
+                id_value,
+                RpcError::invalid_params("params", "must be an object"),
+            ))
+        }
+    };
+    Ok(match id {
+        Some(id) => Incoming::Request { id, method, params },
+        None => Incoming::Notification { method, params },
+    })
+}
+
+/// Encodes a success response.
+pub fn encode_result(id: &Value, result: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+}
+
+/// Encodes an error response.
+pub fn encode_error(id: &Value, error: &RpcError) -> String {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": error.code, "message": error.message, "data": error.data},
+    })
+    .to_string()
+}
+
+/// Encodes a notification.
+pub fn encode_notification(method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(frame: &str) -> (Value, RpcError) {
+        classify(frame.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn classifies_requests_and_notifications() {
+        let r = classify(br#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"a":1}}"#)
+            .unwrap();
+        assert_eq!(
+            r,
+            Incoming::Request {
+                id: json!(7),
+                method: "initialize".into(),
+                params: json!({"a":1})
+            }
+        );
+        let n = classify(br#"{"jsonrpc":"2.0","method":"session/cancel"}"#).unwrap();
+        assert_eq!(
+            n,
+            Incoming::Notification {
+                method: "session/cancel".into(),
+                params: json!({})
+            }
+        );
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).unwrap(),
+            Incoming::Response
+        );
+    }
+
+    #[test]
+    fn bad_frames_get_typed_errors() {
+        assert_eq!(err("{nope").1.code, -32700);
+        let (id, e) = err(r#"[{"jsonrpc":"2.0","id":1,"method":"x"}]"#);
+        assert_eq!((id, e.code), (Value::Null, -32600));
+        assert!(e.data["reason"].as_str().unwrap().contains("batch"));
+        assert_eq!(err("42").1.code, -32600);
+        let (id, e) = err(r#"{"jsonrpc":"1.0","id":"a","method":"x"}"#);
+        assert_eq!((id, e.code), (json!("a"), -32600));
+        assert_eq!(
+            err(r#"{"jsonrpc":"2.0","id":{},"method":"x"}"#).1.code,
+            -32600
+        );
+        assert_eq!(err(r#"{"jsonrpc":"2.0","id":1,"method":5}"#).1.code, -32600);
+        let (_, e) = err(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#);
+        assert_eq!((e.code, e.data["field"].as_str()), (-32602, Some("params")));
+    }
+
+    #[test]
+    fn serde_errors_name_the_field() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct P {
+            cwd: String,
+        }
+        let e = serde_json::from_value::<P>(json!({})).unwrap_err();
+        let rpc = RpcError::from_serde(&e);
+        assert_eq!(rpc.data["field"], "cwd");
+    }
+}

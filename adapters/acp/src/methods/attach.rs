@@ -1,0 +1,62 @@
+//! `session/load` (replay) and `session/resume` (no replay)
+//! (ACP "Loading Sessions", "Resuming Sessions"; `remote-session-control.md`, "Resume").
+//!
+//! Both take `sessionId`; ACP's `cwd` and `mcpServers` are accepted and not
+//! required (the session keeps the ones it was created with), because the seed
+//! defines both methods on `sessionId` alone.
+
+use agent_client_protocol_schema::v1::{LoadSessionResponse, Meta, ResumeSessionResponse};
+use serde_json::{json, Value};
+
+use super::new::{config_options, modes};
+use super::{session_id, to_value};
+use crate::connection::Connection;
+use crate::jsonrpc::RpcError;
+
+fn meta(last_event_id: u64) -> Meta {
+    let mut meta = Meta::new();
+    meta.insert("berth".into(), json!({ "lastEventId": last_event_id }));
+    meta
+}
+
+/// Attaches this connection and re-sends every persisted event as a
+/// `session/update` (or `_berth/agentEvent`) marked `_meta.berth.replayed: true`
+/// before answering; the answer lists them as `replayed: [{eventId, type}]`.
+/// Events after the replay arrive live, exactly once. A live session stays
+/// promptable.
+pub(crate) async fn load(conn: &Connection, params: Value) -> Result<Value, RpcError> {
+    let id = session_id(&params)?;
+    let outcome = conn.node.attach(&id, conn.watcher(), true).await?;
+    conn.mark_attached(&id);
+    let last = outcome.replayed.last().map_or(0, |(id, _)| *id);
+    let mut result = to_value(
+        LoadSessionResponse::new()
+            .modes(modes())
+            .config_options(config_options(&conn.node))
+            .meta(meta(last)),
+    )?;
+    result["replayed"] = outcome
+        .replayed
+        .iter()
+        .map(|(event_id, kind)| json!({"eventId": event_id, "type": kind}))
+        .collect();
+    Ok(result)
+}
+
+/// Attaches this connection without replaying anything; later events arrive live.
+pub(crate) async fn resume(conn: &Connection, params: Value) -> Result<Value, RpcError> {
+    let id = session_id(&params)?;
+    conn.node.attach(&id, conn.watcher(), false).await?;
+    conn.mark_attached(&id);
+    let last = conn
+        .node
+        .journal()
+        .last_event_id(&id)
+        .map_err(RpcError::internal)?;
+    to_value(
+        ResumeSessionResponse::new()
+            .modes(modes())
+            .config_options(config_options(&conn.node))
+            .meta(meta(last)),
+    )
+}

@@ -1,0 +1,41 @@
+//! `initialize` (ACP "Initialization").
+
+use agent_client_protocol_schema::v1::{
+    AgentCapabilities, Implementation, InitializeRequest, InitializeResponse, PromptCapabilities,
+    SessionCapabilities, SessionCloseCapabilities, SessionListCapabilities,
+    SessionResumeCapabilities,
+};
+use agent_client_protocol_schema::ProtocolVersion;
+use serde_json::Value;
+
+use super::{parse, to_value};
+use crate::connection::Connection;
+use crate::jsonrpc::RpcError;
+
+/// Negotiates protocol version 1 and advertises what berth implements:
+/// `loadSession`, `sessionCapabilities.{list, resume, close}`, and prompt
+/// capabilities as they are — text and embedded text resources reach the model
+/// (`embeddedContext: true`); images and audio do not (`false`).
+pub(crate) fn initialize(conn: &Connection, params: Value) -> Result<Value, RpcError> {
+    let request: InitializeRequest = parse(params)?;
+    if let Ok(caps) = serde_json::to_value(&request.client_capabilities) {
+        *conn
+            .client_capabilities
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = caps;
+    }
+    let capabilities = AgentCapabilities::new()
+        .load_session(true)
+        .prompt_capabilities(PromptCapabilities::new().embedded_context(true))
+        .session_capabilities(
+            SessionCapabilities::new()
+                .list(SessionListCapabilities::new())
+                .resume(SessionResumeCapabilities::new())
+                .close(SessionCloseCapabilities::new()),
+        );
+    to_value(
+        InitializeResponse::new(ProtocolVersion::V1)
+            .agent_capabilities(capabilities)
+            .agent_info(Implementation::new("berth", env!("CARGO_PKG_VERSION")).title("berth")),
+    )
+}

@@ -1,0 +1,72 @@
+//! `session/list` (ACP "Listing Sessions"; `remote-session-control.md`, "Status").
+
+use agent_client_protocol_schema::v1::{ListSessionsResponse, Meta, SessionInfo};
+use berth_actors::SessionStatus;
+use berth_runtime::ids::SessionId;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{parse, to_value};
+use crate::connection::Connection;
+use crate::jsonrpc::RpcError;
+
+/// Sessions per page.
+const PAGE: usize = 100;
+
+/// Roles a client may claim on this transport. Over stdio the one client
+/// controls everything; observer-only roles arrive with networked transports.
+const ATTACHABLE_ROLES: &[&str] = &["controller"];
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListParams {
+    #[serde(default)]
+    cwd: Option<std::path::PathBuf>,
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+/// One `session/list` entry: ACP `SessionInfo` plus, under `_meta.berth`,
+/// `liveState` (`live` | `persisted`), `activePrompt`, `currentModeId`,
+/// `attachableRoles`, `lastEventId` (absent until the session has events) and
+/// `closedAt` (once closed).
+pub(crate) fn session_entry(status: &SessionStatus) -> SessionInfo {
+    let record = &status.record;
+    let mut berth = json!({
+        "liveState": if status.live { "live" } else { "persisted" },
+        "activePrompt": status.active_prompt,
+        "currentModeId": record.mode_id,
+        "attachableRoles": ATTACHABLE_ROLES,
+    });
+    if status.last_event_id > 0 {
+        berth["lastEventId"] = json!(status.last_event_id);
+    }
+    if let Some(closed) = record.closed_at {
+        berth["closedAt"] = json!(closed.to_rfc3339());
+    }
+    let mut meta = Meta::new();
+    meta.insert("berth".into(), berth);
+    SessionInfo::new(record.session_id.to_string(), record.cwd.clone())
+        .additional_directories(record.additional_directories.clone())
+        .title(record.title.clone())
+        .updated_at(record.updated_at.to_rfc3339())
+        .meta(meta)
+}
+
+/// Lists sessions (optionally only those whose `cwd` matches), 100 per page,
+/// with `nextCursor` when more remain.
+pub(crate) async fn list(conn: &Connection, params: Value) -> Result<Value, RpcError> {
+    let params: ListParams = parse(params)?;
+    if params.cwd.as_ref().is_some_and(|c| !c.is_absolute()) {
+        return Err(RpcError::invalid_params("cwd", "must be an absolute path"));
+    }
+    let cursor = params.cursor.map(SessionId);
+    let (page, next) = conn
+        .node
+        .list(params.cwd.as_deref(), cursor.as_ref(), PAGE)
+        .await?;
+    to_value(
+        ListSessionsResponse::new(page.iter().map(session_entry).collect())
+            .next_cursor(next.map(|id| id.0)),
+    )
+}

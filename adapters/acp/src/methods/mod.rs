@@ -1,0 +1,78 @@
+//! ACP methods, one file per method group. Each handler decodes its params
+//! (official schema types where ACP defines the method), calls the node, and
+//! encodes the result; errors are typed [`RpcError`]s.
+
+mod attach;
+mod cancel;
+mod close;
+mod initialize;
+mod list;
+mod modes;
+mod new;
+mod prompt;
+
+use berth_runtime::ids::SessionId;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::connection::Connection;
+use crate::jsonrpc::RpcError;
+
+/// Answers one request.
+///
+/// # Errors
+/// -32601 for an unknown method; the method's own typed errors otherwise.
+pub async fn handle_request(
+    conn: &Connection,
+    method: &str,
+    params: Value,
+) -> Result<Value, RpcError> {
+    match method {
+        "initialize" => initialize::initialize(conn, params),
+        "session/new" => new::new_session(conn, params).await,
+        "session/prompt" => prompt::prompt(conn, params).await,
+        "session/cancel" => cancel::cancel(conn, params).await,
+        "session/list" => list::list(conn, params).await,
+        "session/load" => attach::load(conn, params).await,
+        "session/resume" => attach::resume(conn, params).await,
+        "session/close" => close::close(conn, params).await,
+        "session/set_mode" => modes::set_mode(conn, params).await,
+        "session/set_config_option" => modes::set_config_option(conn, params).await,
+        _ => Err(RpcError::method_not_found(method)),
+    }
+}
+
+/// Handles one notification (never answered). `session/cancel` is the one ACP
+/// defines client → agent; others are logged and dropped.
+pub async fn handle_notification(conn: &Connection, method: &str, params: Value) {
+    match method {
+        "session/cancel" => {
+            if let Err(e) = cancel::cancel(conn, params).await {
+                tracing::warn!(code = e.code, data = %e.data, "session/cancel notification refused");
+            }
+        }
+        _ => tracing::debug!(method, "ignored notification"),
+    }
+}
+
+/// Decodes `params` as `T`, mapping serde errors to -32602 naming the field.
+pub(crate) fn parse<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
+    serde_json::from_value(params).map_err(|e| RpcError::from_serde(&e))
+}
+
+/// Reads the required `sessionId` string.
+pub(crate) fn session_id(params: &Value) -> Result<SessionId, RpcError> {
+    match params.get("sessionId") {
+        Some(Value::String(s)) if !s.is_empty() => Ok(SessionId(s.clone())),
+        Some(_) => Err(RpcError::invalid_params(
+            "sessionId",
+            "must be a non-empty string",
+        )),
+        None => Err(RpcError::invalid_params("sessionId", "is required")),
+    }
+}
+
+/// Serializes a schema type (infallible for the types we build).
+pub(crate) fn to_value<T: serde::Serialize>(value: T) -> Result<Value, RpcError> {
+    serde_json::to_value(value).map_err(RpcError::internal)
+}

@@ -1,0 +1,145 @@
+//! Journaled events → ACP notifications.
+//!
+//! Facts ACP has an update for go out as `session/update` using the official
+//! schema types (`user_message_chunk`, `agent_message_chunk`,
+//! `agent_thought_chunk`, `tool_call`, `tool_call_update`). Facts it has none
+//! for (`turn_ended`, `session_closed`) go out as `_berth/agentEvent`, which a
+//! stock client ignores (DESIGN.md, "Adapters"). Every notification carries
+//! `_meta.berth.eventId`; a replayed one also `_meta.berth.replayed: true`.
+
+use agent_client_protocol_schema::v1::{
+    ContentBlock, ContentChunk, Meta, SessionNotification, SessionUpdate, TextContent, ToolCall,
+    ToolCallContent, ToolCallStatus as AcpStatus, ToolCallUpdate, ToolCallUpdateFields,
+    ToolKind as AcpKind,
+};
+use berth_actors::SessionNotice;
+use berth_runtime::event::{SessionEvent, ToolCallStatus, ToolKind};
+use serde_json::{json, Value};
+
+use crate::jsonrpc::encode_notification;
+
+/// The notification method for berth facts without an ACP update.
+pub const AGENT_EVENT_METHOD: &str = "_berth/agentEvent";
+
+fn berth_meta(notice: &SessionNotice) -> Meta {
+    let mut berth = serde_json::Map::new();
+    berth.insert("eventId".into(), json!(notice.event_id));
+    if notice.replayed {
+        berth.insert("replayed".into(), json!(true));
+    }
+    let mut meta = Meta::new();
+    meta.insert("berth".into(), Value::Object(berth));
+    meta
+}
+
+fn text_block(text: &str) -> ContentBlock {
+    ContentBlock::Text(TextContent::new(text))
+}
+
+fn acp_kind(kind: ToolKind) -> AcpKind {
+    match kind {
+        ToolKind::Read => AcpKind::Read,
+        ToolKind::Edit => AcpKind::Edit,
+        ToolKind::Execute => AcpKind::Execute,
+        ToolKind::Other => AcpKind::Other,
+    }
+}
+
+fn acp_status(status: ToolCallStatus) -> AcpStatus {
+    match status {
+        ToolCallStatus::Pending => AcpStatus::Pending,
+        ToolCallStatus::InProgress => AcpStatus::InProgress,
+        ToolCallStatus::Completed => AcpStatus::Completed,
+        ToolCallStatus::Failed => AcpStatus::Failed,
+    }
+}
+
+fn update(notice: &SessionNotice, update: SessionUpdate) -> String {
+    let n =
+        SessionNotification::new(notice.session_id.to_string(), update).meta(berth_meta(notice));
+    encode_notification(
+        "session/update",
+        serde_json::to_value(n).unwrap_or(Value::Null),
+    )
+}
+
+fn agent_event(notice: &SessionNotice, event: &SessionEvent) -> String {
+    encode_notification(
+        AGENT_EVENT_METHOD,
+        json!({
+            "sessionId": notice.session_id,
+            "eventId": notice.event_id,
+            "type": event.type_name(),
+            "event": event,
+            "at": notice.record.at,
+            "_meta": {"berth": berth_meta(notice).remove("berth")},
+        }),
+    )
+}
+
+/// The frames one notice renders to (a prompt with several blocks renders to
+/// one `user_message_chunk` per block; everything else to exactly one frame).
+pub fn render_notice(notice: &SessionNotice) -> Vec<String> {
+    let event = &notice.record.event;
+    match event {
+        SessionEvent::TurnStarted { prompt, .. } => prompt
+            .0
+            .iter()
+            .map(|block| {
+                let block = serde_json::from_value::<ContentBlock>(block.clone())
+                    .unwrap_or_else(|_| text_block(&block.to_string()));
+                update(
+                    notice,
+                    SessionUpdate::UserMessageChunk(ContentChunk::new(block)),
+                )
+            })
+            .collect(),
+        SessionEvent::AgentMessageChunk { text } => vec![update(
+            notice,
+            SessionUpdate::AgentMessageChunk(ContentChunk::new(text_block(text))),
+        )],
+        SessionEvent::AgentThoughtChunk { text } => vec![update(
+            notice,
+            SessionUpdate::AgentThoughtChunk(ContentChunk::new(text_block(text))),
+        )],
+        SessionEvent::ToolCall {
+            tool_call_id,
+            title,
+            kind,
+            raw_input,
+            ..
+        } => vec![update(
+            notice,
+            SessionUpdate::ToolCall(
+                ToolCall::new(tool_call_id.to_string(), title.clone())
+                    .kind(acp_kind(*kind))
+                    .status(AcpStatus::Pending)
+                    .raw_input(raw_input.clone()),
+            ),
+        )],
+        SessionEvent::ToolCallUpdate {
+            tool_call_id,
+            status,
+            raw_output,
+            content,
+        } => {
+            let mut fields = ToolCallUpdateFields::new().status(acp_status(*status));
+            if let Some(raw) = raw_output {
+                fields = fields.raw_output(raw.clone());
+            }
+            if let Some(text) = content {
+                fields = fields.content(vec![ToolCallContent::from(text_block(text))]);
+            }
+            vec![update(
+                notice,
+                SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    tool_call_id.to_string(),
+                    fields,
+                )),
+            )]
+        }
+        SessionEvent::TurnEnded { .. } | SessionEvent::SessionClosed {} => {
+            vec![agent_event(notice, event)]
+        }
+    }
+}

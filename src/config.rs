@@ -1,0 +1,146 @@
+//! Flags and the TOML config file of `berth serve`. Flags win over the file;
+//! the file wins over defaults.
+//!
+//! ```toml
+//! data_dir = "berth-data"          # journal lives in <data_dir>/journal.redb
+//! model = "scripted"               # scripted | scripted:PATH | openai:MODEL
+//! max_model_calls = 50             # per turn
+//! quick_repair = false             # redb quick-repair (faster crash recovery, slower commits)
+//!
+//! [acp]
+//! max_frame_bytes = 8388608        # longest accepted line (bytes)
+//! max_in_flight = 64               # concurrent requests per connection
+//!
+//! [openai]                         # used when model = "openai:MODEL"
+//! base_url = "http://127.0.0.1:8000/v1"   # default: $OPENAI_BASE_URL or https://api.openai.com/v1
+//! api_key_env = "OPENAI_API_KEY"   # env var holding the key (never the key itself)
+//! request_timeout_ms = 600000
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use berth_acp::ServeOptions;
+use berth_runtime::model::openai::{OpenAiConfig, OpenAiModel};
+use berth_runtime::model::{self, ModelProvider};
+use clap::Args;
+use serde::Deserialize;
+
+/// Flags of `berth serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Data directory (created if missing) [default: ./berth-data].
+    #[arg(long, env = "BERTH_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Model: `scripted` (built-in demo script), `scripted:PATH` or `openai:MODEL`
+    /// [default: scripted].
+    #[arg(long, env = "BERTH_MODEL")]
+    pub model: Option<String>,
+    /// TOML config file (see the README).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Longest accepted ACP frame in bytes [default: 8388608].
+    #[arg(long)]
+    pub max_frame_bytes: Option<usize>,
+    /// Concurrent requests per connection [default: 64].
+    #[arg(long)]
+    pub max_in_flight: Option<usize>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct AcpSection {
+    max_frame_bytes: Option<usize>,
+    max_in_flight: Option<usize>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct OpenAiSection {
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    request_timeout_ms: Option<u64>,
+}
+
+/// The config file.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    data_dir: Option<PathBuf>,
+    model: Option<String>,
+    max_model_calls: Option<u32>,
+    quick_repair: Option<bool>,
+    #[serde(default)]
+    acp: AcpSection,
+    #[serde(default)]
+    openai: OpenAiSection,
+}
+
+/// Everything `serve` needs, resolved.
+pub struct Settings {
+    pub data_dir: PathBuf,
+    pub model: Arc<dyn ModelProvider>,
+    pub max_model_calls: u32,
+    pub quick_repair: bool,
+    pub acp: ServeOptions,
+}
+
+impl FileConfig {
+    /// Reads and parses a config file.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("config {} is invalid", path.display()))
+    }
+
+    /// Resolves flags over file over defaults.
+    pub fn merge(self, args: &ServeArgs) -> anyhow::Result<Settings> {
+        let spec = args
+            .model
+            .clone()
+            .or(self.model)
+            .unwrap_or_else(|| "scripted".into());
+        let model: Arc<dyn ModelProvider> = match spec.strip_prefix("openai:") {
+            Some(name) => {
+                let mut config = OpenAiConfig::from_env(name);
+                if let Some(url) = self.openai.base_url {
+                    config.base_url = url;
+                }
+                if let Some(var) = self.openai.api_key_env {
+                    config.api_key = std::env::var(&var).ok().filter(|k| !k.is_empty());
+                }
+                if let Some(ms) = self.openai.request_timeout_ms {
+                    config.request_timeout_ms = ms;
+                }
+                Arc::new(OpenAiModel::new(config)?)
+            }
+            None => model::from_spec(&spec)?,
+        };
+        let defaults = ServeOptions::default();
+        let acp = ServeOptions {
+            max_frame_bytes: args
+                .max_frame_bytes
+                .or(self.acp.max_frame_bytes)
+                .unwrap_or(defaults.max_frame_bytes),
+            max_in_flight: args
+                .max_in_flight
+                .or(self.acp.max_in_flight)
+                .unwrap_or(defaults.max_in_flight),
+        };
+        if acp.max_in_flight == 0 || acp.max_frame_bytes == 0 {
+            anyhow::bail!("max_in_flight and max_frame_bytes must be at least 1");
+        }
+        Ok(Settings {
+            data_dir: args
+                .data_dir
+                .clone()
+                .or(self.data_dir)
+                .unwrap_or_else(|| PathBuf::from("berth-data")),
+            model,
+            max_model_calls: self.max_model_calls.unwrap_or(50).max(1),
+            quick_repair: self.quick_repair.unwrap_or(false),
+            acp,
+        })
+    }
+}
