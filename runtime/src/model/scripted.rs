@@ -27,7 +27,8 @@
 //! ```
 //!
 //! Rules are tried in file order; the first match plays. A rule's steps are cut
-//! into model responses at each `tool_call`/`tool_calls` step: model call *n* of a
+//! into model responses after each `tool_call`/`tool_calls` step (a `usage` or
+//! `stop` step right after one still belongs to it): model call *n* of a
 //! turn plays the *n*-th piece, so the script position is derived from the
 //! request alone (deterministic, and resumable from a frame). A piece ends with
 //! `end_turn` unless it ends in tool calls or a `stop` step. Strings in `text`,
@@ -220,9 +221,16 @@ impl ScriptedModel {
 
 /// Cuts a rule's steps after every tool call step.
 fn cut_into_responses(steps: Vec<Step>) -> Vec<Vec<Step>> {
-    let mut pieces = vec![Vec::new()];
+    let mut pieces: Vec<Vec<Step>> = vec![Vec::new()];
     for step in steps {
         let ends = matches!(step, Step::ToolCall(_) | Step::ToolCalls(_));
+        // `usage`/`stop` right after a tool call still describe that response.
+        let trailer = matches!(step, Step::Usage(_) | Step::Stop(_));
+        let n = pieces.len();
+        if trailer && n > 1 && pieces[n - 1].is_empty() {
+            pieces[n - 2].push(step);
+            continue;
+        }
         pieces.last_mut().expect("never empty").push(step);
         if ends {
             pieces.push(Vec::new());

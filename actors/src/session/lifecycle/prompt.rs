@@ -1,12 +1,16 @@
 //! `session/prompt`: start a turn, and seal it when it finishes.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use berth_runtime::content::Prompt;
 use berth_runtime::engine::{run_turn, TurnControl, TurnDeps, TurnOutcome, TurnSpec};
 use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::ids::TurnId;
+use berth_runtime::history::Message;
+use berth_runtime::terminal::{Terminal, TerminalKind};
 use berth_storage::{Batch, OpenTurn};
+use futures::FutureExt;
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use super::super::sink::JournalSink;
@@ -109,7 +113,11 @@ pub(crate) async fn start(
     let actor = myself.clone();
     let finished_id = turn_id.clone();
     let task = tokio::spawn(async move {
-        let outcome = run_turn(&spec, &deps, &sink).await;
+        // A panic inside the turn (a tool, a provider) must still seal the turn.
+        let outcome = match AssertUnwindSafe(run_turn(&spec, &deps, &sink)).catch_unwind().await {
+            Ok(outcome) => outcome,
+            Err(panic) => panicked_turn(&spec, panic.as_ref()),
+        };
         // If the actor is gone, its successor seals the turn from the journal.
         let _ = actor.send_message(SessionMsg::TurnFinished {
             turn_id: finished_id,
@@ -123,6 +131,24 @@ pub(crate) async fn start(
         task: task.abort_handle(),
     });
     Ok(())
+}
+
+/// The outcome of a turn whose task panicked: an `internal_error` terminal
+/// naming the panic; the transcript keeps the prompt.
+fn panicked_turn(spec: &TurnSpec, panic: &(dyn std::any::Any + Send)) -> TurnOutcome {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    tracing::error!(session_id = %spec.session_id, turn_id = %spec.turn_id, panic = %what, "turn task panicked");
+    TurnOutcome {
+        terminal: Terminal::new(TerminalKind::InternalError, format!("the turn failed inside berth: {what}")),
+        usage: Default::default(),
+        turn_messages: vec![Message::User {
+            text: spec.prompt.to_model_text(),
+        }],
+    }
 }
 
 /// Seals the finished turn: one durable batch with `turn_ended`, the new

@@ -1,0 +1,145 @@
+//! Kill `berth serve` with SIGKILL in the middle of a turn, start it again on the
+//! same data dir, and check what survived: every event a client was sent (each
+//! is durable before it is sent), contiguous ids, and the interrupted turn
+//! sealed with a harness-owned terminal — never re-run — with the session still
+//! promptable.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+const SCRIPT: &str = r#"
+[[rules]]
+match = "slow"
+steps = [
+  { text = "one" }, { delay_ms = 200 }, { text = "two" }, { delay_ms = 200 },
+  { text = "three" }, { delay_ms = 20000 }, { text = "never" },
+]
+[[rules]]
+match = "hi"
+steps = [ { text = "hello again" } ]
+"#;
+
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    frames: mpsc::Receiver<Value>,
+}
+
+impl Server {
+    fn start(data: &std::path::Path, script: &std::path::Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["serve", "--data-dir"])
+            .arg(data)
+            .arg("--model")
+            .arg(format!("scripted:{}", script.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn berth");
+        let stdin = child.stdin.take().unwrap();
+        let stdout: ChildStdout = child.stdout.take().unwrap();
+        let (tx, frames) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let v: Value = serde_json::from_str(&line).expect("stdout carries only JSON frames");
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        Self { child, stdin, frames }
+    }
+
+    fn send(&mut self, id: u64, method: &str, params: Value) {
+        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.stdin, "{frame}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn next(&self) -> Value {
+        self.frames.recv_timeout(Duration::from_secs(15)).expect("no frame from berth within 15 s")
+    }
+
+    /// Notifications until the response with `id`, and the response.
+    fn until(&self, id: u64) -> (Vec<Value>, Value) {
+        let mut notes = Vec::new();
+        loop {
+            let v = self.next();
+            if v["id"] == json!(id) {
+                return (notes, v);
+            }
+            notes.push(v);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn event_id(note: &Value) -> u64 {
+    note["params"]["_meta"]["berth"]["eventId"].as_u64().expect("every notification names its event")
+}
+
+#[test]
+fn acknowledged_events_survive_sigkill_and_the_turn_is_sealed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cwd, script) = (dir.path().join("data"), dir.path().join("work"), dir.path().join("s.toml"));
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::write(&script, SCRIPT).unwrap();
+
+    let mut server = Server::start(&data, &script);
+    server.send(1, "initialize", json!({"protocolVersion": 1}));
+    server.until(1);
+    server.send(2, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = server.until(2).1["result"]["sessionId"].as_str().unwrap().to_owned();
+    server.send(3, "session/prompt", json!({"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}));
+    let mut seen = Vec::new();
+    let mut chunks = 0;
+    while chunks < 3 {
+        let note = server.next();
+        seen.push(event_id(&note));
+        if note["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            chunks += 1;
+        }
+    }
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    drop(server);
+
+    let mut server = Server::start(&data, &script);
+    server.send(1, "session/list", json!({}));
+    let (_, list) = server.until(1);
+    let entry = &list["result"]["sessions"][0]["_meta"]["berth"];
+    assert_eq!(entry["activePrompt"], false);
+    server.send(2, "session/load", json!({"sessionId": sid}));
+    let (replayed, load) = server.until(2);
+    let ids: Vec<u64> = replayed.iter().map(event_id).collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "contiguous ids, nothing lost or half-written");
+    for id in &seen {
+        assert!(ids.contains(id), "event {id} was sent before the kill but did not survive");
+    }
+    let last = replayed.last().unwrap();
+    assert_eq!(last["method"], "_berth/agentEvent");
+    assert_eq!(last["params"]["type"], "turn_ended");
+    let terminal = &last["params"]["event"]["terminal"];
+    assert_eq!((terminal["kind"].as_str(), terminal["owner"].as_str()), (Some("process_restarted"), Some("harness")));
+    assert!(terminal["reason"].as_str().unwrap().contains("restarted"));
+    assert_eq!(last["params"]["event"]["stop_reason"], "cancelled");
+    assert_eq!(load["result"]["replayed"].as_array().unwrap().len(), ids.len());
+    // Nothing re-ran the interrupted turn: the text after the long delay never appears.
+    assert!(!replayed.iter().any(|n| n["params"]["update"]["content"]["text"] == "never"));
+
+    server.send(3, "session/prompt", json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}));
+    let (notes, done) = server.until(3);
+    assert_eq!(done["result"]["stopReason"], "end_turn");
+    assert_eq!(event_id(&notes[0]), ids.len() as u64 + 1, "new events continue the log");
+}
