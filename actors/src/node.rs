@@ -97,7 +97,7 @@ pub enum NodeError {
 #[derive(Debug, Clone)]
 pub struct Node {
     env: Arc<SessionEnv>,
-    registry: Arc<Registry>,
+    pub(crate) registry: Arc<Registry>,
     supervisor: ActorRef<()>,
 }
 

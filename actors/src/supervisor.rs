@@ -51,3 +51,98 @@ impl Actor for Supervisor {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use berth_runtime::content::Prompt;
+    use berth_runtime::event::SessionEvent;
+    use berth_runtime::model::scripted::ScriptedModel;
+    use berth_runtime::terminal::{TerminalKind, TerminalOwner};
+
+    use crate::node::NewSession;
+    use crate::session::SessionMsg;
+    use crate::{ControlError, Node, NodeConfig};
+
+    const SCRIPT: &str = r#"
+        [[rules]]
+        match = "slow"
+        steps = [ { text = "working" }, { delay_ms = 30000 }, { text = "never" } ]
+        [[rules]]
+        match = "hi"
+        steps = [ { text = "hello" } ]
+    "#;
+
+    #[tokio::test]
+    async fn a_failed_session_actor_is_restarted_from_the_journal_and_its_turn_sealed() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:sup").unwrap();
+        let node = Node::start(NodeConfig::new(
+            dir.path().join("data"),
+            std::sync::Arc::new(model),
+        ))
+        .await
+        .unwrap();
+        let record = node
+            .new_session(NewSession {
+                cwd: dir.path().to_path_buf(),
+                additional_directories: vec![],
+                mcp_servers: vec![],
+            })
+            .await
+            .unwrap();
+        let sid = record.session_id.clone();
+        let running = {
+            let (node, sid) = (node.clone(), sid.clone());
+            tokio::spawn(async move { node.prompt(&sid, Prompt::text("slow")).await })
+        };
+        // Wait until the turn is running and has streamed something.
+        while node.journal().last_event_id(&sid).unwrap() < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let first = node.registry.get_live(&sid).await.unwrap();
+        first.send_message(SessionMsg::InjectFault).unwrap();
+
+        let answer = tokio::time::timeout(Duration::from_secs(10), running)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(answer, Err(ControlError::ActorFailed(_))),
+            "{answer:?}"
+        );
+        // The supervisor respawned the actor, which sealed the open turn.
+        let second = loop {
+            if let Some(actor) = node.registry.get_live(&sid).await {
+                if actor.get_id() != first.get_id() {
+                    break actor;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(node.journal().open_turns().unwrap().is_empty());
+        let events = node.journal().events(&sid, 0).unwrap();
+        let Some((_, last)) = events.last() else {
+            panic!("no events")
+        };
+        let SessionEvent::TurnEnded { terminal, .. } = &last.event else {
+            panic!("last event is {:?}", last.event)
+        };
+        assert_eq!(
+            (terminal.kind, terminal.owner),
+            (TerminalKind::InternalError, TerminalOwner::Harness)
+        );
+        assert!(!events.iter().any(
+            |(_, e)| matches!(&e.event, SessionEvent::AgentMessageChunk { text } if text == "never")
+        ));
+        // The restarted session works.
+        let outcome = node.prompt(&sid, Prompt::text("hi")).await.unwrap();
+        assert_eq!(outcome.terminal.kind, TerminalKind::Completed);
+        assert_eq!(
+            node.registry.get_live(&sid).await.unwrap().get_id(),
+            second.get_id()
+        );
+        node.shutdown().await;
+    }
+}

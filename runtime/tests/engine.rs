@@ -6,13 +6,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use berth_runtime::content::Prompt;
-use berth_runtime::engine::{run_turn, SinkError, TurnControl, TurnDeps, TurnOutcome, TurnSink, TurnSpec};
+use berth_runtime::engine::{
+    run_turn, SinkError, TurnControl, TurnDeps, TurnOutcome, TurnSink, TurnSpec,
+};
 use berth_runtime::event::{SessionEvent, ToolCallStatus};
 use berth_runtime::frame::{Frame, Phase, ToolOutcomeStatus};
 use berth_runtime::history::{Message, ToolCallRequest};
 use berth_runtime::ids::{SessionId, ToolCallId, TurnId};
 use berth_runtime::model::scripted::ScriptedModel;
-use berth_runtime::model::{ModelDelta, ModelError, ModelProvider, ModelRequest, ModelResponse, ModelStop, Usage};
+use berth_runtime::model::{
+    ModelDelta, ModelError, ModelProvider, ModelRequest, ModelResponse, ModelStop, Usage,
+};
 use berth_runtime::terminal::{Terminal, TerminalKind, TerminalOwner};
 use berth_runtime::tools::{ProcessGroups, ToolSet};
 use serde_json::json;
@@ -34,7 +38,11 @@ impl TurnSink for Recorder {
         if self.fail_after.is_some_and(|n| events.len() >= n) {
             return Err(SinkError("disk on fire".into()));
         }
-        if let SessionEvent::ToolCallUpdate { status: ToolCallStatus::InProgress, .. } = &event {
+        if let SessionEvent::ToolCallUpdate {
+            status: ToolCallStatus::InProgress,
+            ..
+        } = &event
+        {
             if let Some((control, processes)) = self.stop_on_in_progress.lock().unwrap().as_ref() {
                 control.stop(Terminal::new(TerminalKind::UserCancelled, "test cancel"));
                 processes.kill_all();
@@ -118,23 +126,56 @@ async fn run(spec: &TurnSpec, deps: &TurnDeps, sink: &Recorder) -> TurnOutcome {
 async fn completed_turn_streams_calls_and_checkpoints_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let sink = Recorder::default();
-    let out = run(&spec(dir.path(), "please write", 10), &deps(scripted()), &sink).await;
+    let out = run(
+        &spec(dir.path(), "please write", 10),
+        &deps(scripted()),
+        &sink,
+    )
+    .await;
     assert_eq!(out.terminal.kind, TerminalKind::Completed);
     assert_eq!(out.terminal.owner, TerminalOwner::Agent);
-    assert_eq!(std::fs::read_to_string(dir.path().join("out.txt")).unwrap(), "hi");
-    let kinds: Vec<_> = sink.events.lock().unwrap().iter().map(|e| e.type_name()).collect();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "hi"
+    );
+    let kinds: Vec<_> = sink
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.type_name())
+        .collect();
     assert_eq!(
         kinds,
-        ["agent_thought_chunk", "tool_call", "tool_call_update", "tool_call_update", "agent_message_chunk"]
+        [
+            "agent_thought_chunk",
+            "tool_call",
+            "tool_call_update",
+            "tool_call_update",
+            "agent_message_chunk"
+        ]
     );
     let frames = sink.frames.lock().unwrap();
     assert_eq!(frames.len(), 2);
     assert_eq!(frames[0].phase, Phase::Tools);
     assert_eq!(frames[0].unstarted_calls.len(), 1);
     assert_eq!(frames[1].phase, Phase::Provider);
-    assert_eq!(frames[1].tool_outcomes[0].status, ToolOutcomeStatus::Completed);
-    assert_eq!(out.turn_messages.len(), 4, "user, assistant(call), tool, assistant");
-    assert!(matches!(&out.turn_messages[2], Message::Tool { is_error: false, .. }));
+    assert_eq!(
+        frames[1].tool_outcomes[0].status,
+        ToolOutcomeStatus::Completed
+    );
+    assert_eq!(
+        out.turn_messages.len(),
+        4,
+        "user, assistant(call), tool, assistant"
+    );
+    assert!(matches!(
+        &out.turn_messages[2],
+        Message::Tool {
+            is_error: false,
+            ..
+        }
+    ));
 }
 
 /// A model that asks for two writes and, while answering, the user cancels.
@@ -146,15 +187,25 @@ impl ModelProvider for CancelWhileThinking {
     fn name(&self) -> &str {
         "cancel-while-thinking"
     }
-    async fn complete(&self, req: &ModelRequest, _d: mpsc::UnboundedSender<ModelDelta>) -> Result<ModelResponse, ModelError> {
+    async fn complete(
+        &self,
+        req: &ModelRequest,
+        _d: mpsc::UnboundedSender<ModelDelta>,
+    ) -> Result<ModelResponse, ModelError> {
         let call = |n: u32| ToolCallRequest {
             id: ToolCallId(format!("c{n}")),
             name: "write_file".into(),
             arguments: json!({"path": req.cwd.join(format!("f{n}.txt")), "content": "x"}),
         };
         // The response is complete; the stop lands before the batch dispatches.
-        self.0.stop(Terminal::new(TerminalKind::UserCancelled, "cancel"));
-        Ok(ModelResponse { text: String::new(), tool_calls: vec![call(1), call(2)], usage: Usage::default(), stop: ModelStop::ToolUse })
+        self.0
+            .stop(Terminal::new(TerminalKind::UserCancelled, "cancel"));
+        Ok(ModelResponse {
+            text: String::new(),
+            tool_calls: vec![call(1), call(2)],
+            usage: Usage::default(),
+            stop: ModelStop::ToolUse,
+        })
     }
 }
 
@@ -167,14 +218,23 @@ async fn a_tool_call_that_was_not_sent_is_never_sent() {
     let sink = Recorder::default();
     let out = run(&spec(dir.path(), "x", 10), &d, &sink).await;
     assert_eq!(out.terminal.kind, TerminalKind::UserCancelled);
-    assert!(!dir.path().join("f1.txt").exists() && !dir.path().join("f2.txt").exists(), "a cancelled batch left a trace");
+    assert!(
+        !dir.path().join("f1.txt").exists() && !dir.path().join("f2.txt").exists(),
+        "a cancelled batch left a trace"
+    );
     let events = sink.events.lock().unwrap();
     let failed = events
         .iter()
         .filter(|e| matches!(e, SessionEvent::ToolCallUpdate { status: ToolCallStatus::Failed, raw_output: Some(r), .. } if r["dispatched"] == false))
         .count();
     assert_eq!(failed, 2);
-    assert!(!events.iter().any(|e| matches!(e, SessionEvent::ToolCallUpdate { status: ToolCallStatus::InProgress, .. })));
+    assert!(!events.iter().any(|e| matches!(
+        e,
+        SessionEvent::ToolCallUpdate {
+            status: ToolCallStatus::InProgress,
+            ..
+        }
+    )));
 }
 
 #[tokio::test]
@@ -182,22 +242,32 @@ async fn an_in_flight_call_is_abandoned_and_its_process_killed() {
     let dir = tempfile::tempdir().unwrap();
     let d = deps(scripted());
     let sink = Recorder::default();
-    *sink.stop_on_in_progress.lock().unwrap() = Some((Arc::clone(&d.control), Arc::clone(&d.processes)));
+    *sink.stop_on_in_progress.lock().unwrap() =
+        Some((Arc::clone(&d.control), Arc::clone(&d.processes)));
     let out = run(&spec(dir.path(), "sleepy batch", 10), &d, &sink).await;
     assert_eq!(out.terminal.kind, TerminalKind::UserCancelled);
     let events = sink.events.lock().unwrap();
     let statuses: Vec<_> = events
         .iter()
         .filter_map(|e| match e {
-            SessionEvent::ToolCallUpdate { tool_call_id, status, raw_output, .. } => {
-                Some((tool_call_id.as_str().to_owned(), *status, raw_output.clone()))
-            }
+            SessionEvent::ToolCallUpdate {
+                tool_call_id,
+                status,
+                raw_output,
+                ..
+            } => Some((
+                tool_call_id.as_str().to_owned(),
+                *status,
+                raw_output.clone(),
+            )),
             _ => None,
         })
         .collect();
     // The first call went in flight and was abandoned; its sibling never started.
-    assert!(statuses.iter().any(|(_, s, r)| *s == ToolCallStatus::Failed && r.as_ref().is_some_and(|r| r["dispatched"] == true)));
-    assert!(statuses.iter().any(|(_, s, r)| *s == ToolCallStatus::Failed && r.as_ref().is_some_and(|r| r["dispatched"] == false)));
+    assert!(statuses.iter().any(|(_, s, r)| *s == ToolCallStatus::Failed
+        && r.as_ref().is_some_and(|r| r["dispatched"] == true)));
+    assert!(statuses.iter().any(|(_, s, r)| *s == ToolCallStatus::Failed
+        && r.as_ref().is_some_and(|r| r["dispatched"] == false)));
     assert!(!dir.path().join("sibling.txt").exists());
     assert_eq!(d.processes.prune(), 0, "the sleep's process group is gone");
 }
@@ -205,7 +275,12 @@ async fn an_in_flight_call_is_abandoned_and_its_process_killed() {
 #[tokio::test]
 async fn model_call_limit_is_a_policy_terminal() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(&spec(dir.path(), "loop", 2), &deps(scripted()), &Recorder::default()).await;
+    let out = run(
+        &spec(dir.path(), "loop", 2),
+        &deps(scripted()),
+        &Recorder::default(),
+    )
+    .await;
     assert_eq!(out.terminal.kind, TerminalKind::MaxTurnRequests);
     assert_eq!(out.terminal.owner, TerminalOwner::Policy);
 }
@@ -223,14 +298,29 @@ async fn unknown_tools_fail_the_call_not_the_turn() {
 #[tokio::test]
 async fn refusal_and_max_tokens_end_the_turn_without_running_tools() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(&spec(dir.path(), "refuse", 10), &deps(scripted()), &Recorder::default()).await;
-    assert_eq!((out.terminal.kind, out.terminal.owner), (TerminalKind::Refusal, TerminalOwner::Agent));
+    let out = run(
+        &spec(dir.path(), "refuse", 10),
+        &deps(scripted()),
+        &Recorder::default(),
+    )
+    .await;
+    assert_eq!(
+        (out.terminal.kind, out.terminal.owner),
+        (TerminalKind::Refusal, TerminalOwner::Agent)
+    );
     let sink = Recorder::default();
     let out = run(&spec(dir.path(), "long", 10), &deps(scripted()), &sink).await;
     assert_eq!(out.terminal.kind, TerminalKind::MaxTokens);
-    assert!(!sink.events.lock().unwrap().iter().any(|e| matches!(e, SessionEvent::ToolCall { .. })));
+    assert!(!sink
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, SessionEvent::ToolCall { .. })));
     // The unrun calls are not left in the transcript.
-    assert!(matches!(&out.turn_messages[1], Message::Assistant { tool_calls, .. } if tool_calls.is_empty()));
+    assert!(
+        matches!(&out.turn_messages[1], Message::Assistant { tool_calls, .. } if tool_calls.is_empty())
+    );
 }
 
 #[derive(Debug)]
@@ -241,7 +331,11 @@ impl ModelProvider for Broken {
     fn name(&self) -> &str {
         "broken"
     }
-    async fn complete(&self, _r: &ModelRequest, _d: mpsc::UnboundedSender<ModelDelta>) -> Result<ModelResponse, ModelError> {
+    async fn complete(
+        &self,
+        _r: &ModelRequest,
+        _d: mpsc::UnboundedSender<ModelDelta>,
+    ) -> Result<ModelResponse, ModelError> {
         Err(ModelError::Transport("connection refused".into()))
     }
 }
@@ -249,11 +343,33 @@ impl ModelProvider for Broken {
 #[tokio::test]
 async fn provider_and_journal_failures_are_typed_terminals() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(&spec(dir.path(), "x", 10), &deps(Arc::new(Broken)), &Recorder::default()).await;
-    assert_eq!((out.terminal.kind, out.terminal.owner), (TerminalKind::ProviderError, TerminalOwner::Provider));
+    let out = run(
+        &spec(dir.path(), "x", 10),
+        &deps(Arc::new(Broken)),
+        &Recorder::default(),
+    )
+    .await;
+    assert_eq!(
+        (out.terminal.kind, out.terminal.owner),
+        (TerminalKind::ProviderError, TerminalOwner::Provider)
+    );
     assert!(out.terminal.stop_reason().is_none());
-    let sink = Recorder { fail_after: Some(1), ..Recorder::default() };
-    let out = run(&spec(dir.path(), "please write", 10), &deps(scripted()), &sink).await;
-    assert_eq!((out.terminal.kind, out.terminal.owner), (TerminalKind::InternalError, TerminalOwner::Harness));
-    assert!(!dir.path().join("out.txt").exists(), "nothing runs after the journal refused a write");
+    let sink = Recorder {
+        fail_after: Some(1),
+        ..Recorder::default()
+    };
+    let out = run(
+        &spec(dir.path(), "please write", 10),
+        &deps(scripted()),
+        &sink,
+    )
+    .await;
+    assert_eq!(
+        (out.terminal.kind, out.terminal.owner),
+        (TerminalKind::InternalError, TerminalOwner::Harness)
+    );
+    assert!(
+        !dir.path().join("out.txt").exists(),
+        "nothing runs after the journal refused a write"
+    );
 }

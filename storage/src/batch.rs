@@ -3,7 +3,7 @@
 use berth_runtime::event::EventRecord;
 use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
-use berth_runtime::ids::SessionId;
+use berth_runtime::ids::{SessionId, TurnId};
 use serde::Serialize;
 
 use crate::records::{OpenTurn, SessionRecord};
@@ -25,6 +25,9 @@ pub(crate) enum Op {
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
     pub(crate) ops: Vec<Op>,
+    /// `(session id, turn id)`: commit only while that turn is the session's
+    /// open turn (see [`Batch::fenced_by_turn`]).
+    pub(crate) fence: Option<(String, String)>,
 }
 
 fn json<T: Serialize>(value: &T) -> Vec<u8> {
@@ -41,6 +44,16 @@ impl Batch {
     /// Whether the batch has no writes.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
+    }
+
+    /// Makes the batch conditional: it commits only if `turn` is still the
+    /// session's open turn; otherwise the whole batch is refused with
+    /// [`StorageError::Fenced`](crate::StorageError::Fenced). A running turn
+    /// writes through this fence, so once a turn is sealed (after a crash or an
+    /// actor restart) nothing a stale task of it still sends can land.
+    pub fn fenced_by_turn(mut self, session: &SessionId, turn: &TurnId) -> Self {
+        self.fence = Some((session.0.clone(), turn.0.clone()));
+        self
     }
 
     /// Creates or replaces a session record.

@@ -25,6 +25,14 @@ pub enum StorageError {
         /// Decoder message.
         message: String,
     },
+    /// A batch fenced by a turn that is no longer open; nothing was written.
+    #[error("turn {turn_id} of session {session_id} is no longer open (it was sealed); the write was refused")]
+    Fenced {
+        /// The session.
+        session_id: String,
+        /// The fenced turn.
+        turn_id: String,
+    },
     /// The writer thread is gone (the process is shutting down).
     #[error("journal writer stopped")]
     WriterStopped,

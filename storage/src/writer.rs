@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::batch::{Batch, Op};
 use crate::error::StorageError;
+use crate::records::OpenTurn;
 use crate::tables::{EVENTS, FRAMES, OPEN_TURNS, SESSIONS, TRANSCRIPTS};
 
 /// Most requests folded into one transaction.
@@ -58,14 +59,14 @@ fn commit_group(db: &Database, quick_repair: bool, group: &mut Vec<Request>) {
     let result = (|| {
         let mut txn = db.begin_write()?;
         txn.set_quick_repair(quick_repair);
-        let ids = apply_all(&txn, group)?;
+        let outcomes = apply_all(&txn, group)?;
         txn.commit()?;
-        Ok::<_, StorageError>(ids)
+        Ok::<_, StorageError>(outcomes)
     })();
     match result {
-        Ok(ids) => {
-            for (request, ids) in group.drain(..).zip(ids) {
-                let _ = request.ack.send(Ok(ids));
+        Ok(outcomes) => {
+            for (request, outcome) in group.drain(..).zip(outcomes) {
+                let _ = request.ack.send(outcome);
             }
         }
         Err(e) => {
@@ -77,8 +78,31 @@ fn commit_group(db: &Database, quick_repair: bool, group: &mut Vec<Request>) {
     }
 }
 
-/// Applies every request's ops; returns, per request, the event ids assigned.
-fn apply_all(txn: &WriteTransaction, group: &[Request]) -> Result<Vec<Vec<u64>>, StorageError> {
+/// Whether the fence of a batch holds: its turn is still the session's open turn.
+fn fence_holds(
+    open_turns: &redb::Table<&str, &[u8]>,
+    session: &str,
+    turn: &str,
+) -> Result<bool, StorageError> {
+    let Some(open) = open_turns.get(session)? else {
+        return Ok(false);
+    };
+    let open: OpenTurn =
+        serde_json::from_slice(open.value()).map_err(|e| StorageError::Corrupt {
+            table: "open_turns",
+            key: session.to_owned(),
+            message: e.to_string(),
+        })?;
+    Ok(open.turn_id.as_str() == turn)
+}
+
+/// Applies every request's ops; returns, per request, the event ids assigned or
+/// the refusal of a fenced batch (which then wrote nothing). A storage error
+/// fails the whole group.
+fn apply_all(
+    txn: &WriteTransaction,
+    group: &[Request],
+) -> Result<Vec<Result<Vec<u64>, StorageError>>, StorageError> {
     let mut sessions = txn.open_table(SESSIONS)?;
     let mut events = txn.open_table(EVENTS)?;
     let mut frames = txn.open_table(FRAMES)?;
@@ -88,6 +112,15 @@ fn apply_all(txn: &WriteTransaction, group: &[Request]) -> Result<Vec<Vec<u64>>,
     let mut last: HashMap<&str, u64> = HashMap::new();
     let mut out = Vec::with_capacity(group.len());
     for request in group {
+        if let Some((session, turn)) = &request.batch.fence {
+            if !fence_holds(&open_turns, session, turn)? {
+                out.push(Err(StorageError::Fenced {
+                    session_id: session.clone(),
+                    turn_id: turn.clone(),
+                }));
+                continue;
+            }
+        }
         let mut ids = Vec::new();
         for op in &request.batch.ops {
             match op {
@@ -128,7 +161,7 @@ fn apply_all(txn: &WriteTransaction, group: &[Request]) -> Result<Vec<Vec<u64>>,
                 }
             }
         }
-        out.push(ids);
+        out.push(Ok(ids));
     }
     Ok(out)
 }

@@ -137,3 +137,42 @@ fn a_second_process_cannot_open_the_same_file() {
     let err = Journal::open(&path, JournalOptions::default()).unwrap_err();
     assert!(err.to_string().contains("cannot open journal"), "{err}");
 }
+
+#[tokio::test]
+async fn fenced_batches_land_only_while_their_turn_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::open(&dir.path().join("j.redb"), JournalOptions::default()).unwrap();
+    let sid = SessionId::from("s");
+    let turn = TurnId::from("turn_1");
+    let fenced = |text: &str| {
+        Batch::new()
+            .fenced_by_turn(&sid, &turn)
+            .append(&sid, &chunk(text))
+    };
+    // No open turn: refused, nothing written.
+    let err = j.commit(fenced("early")).await.unwrap_err();
+    assert!(
+        matches!(err, berth_storage::StorageError::Fenced { .. }),
+        "{err}"
+    );
+    assert_eq!(j.last_event_id(&sid).unwrap(), 0);
+    let open = OpenTurn {
+        session_id: sid.clone(),
+        turn_id: turn.clone(),
+        started_at: at(),
+        prompt_text: String::new(),
+    };
+    j.commit(Batch::new().open_turn(&open)).await.unwrap();
+    assert_eq!(j.commit(fenced("during")).await.unwrap(), vec![1]);
+    j.commit(Batch::new().close_turn(&sid)).await.unwrap();
+    assert!(j.commit(fenced("late")).await.is_err());
+    // A refused batch in a group does not take the others down with it.
+    let other = SessionId::from("t");
+    let (a, b) = tokio::join!(
+        j.commit(fenced("late again")),
+        j.commit(Batch::new().append(&other, &chunk("ok")))
+    );
+    assert!(a.is_err());
+    assert_eq!(b.unwrap(), vec![1]);
+    assert_eq!(j.last_event_id(&sid).unwrap(), 1);
+}

@@ -81,6 +81,9 @@ pub enum SessionMsg {
         /// The watcher id.
         watcher_id: u64,
     },
+    /// Test-only fault injection: the handler fails, as a bug would.
+    #[cfg(test)]
+    InjectFault,
     /// The running turn ended (sent by the turn task itself).
     TurnFinished {
         /// The turn.
@@ -201,6 +204,8 @@ impl Actor for SessionActor {
                 let _ = reply.send(lifecycle::attach::attach(state, watcher, replay));
                 Ok(())
             }
+            #[cfg(test)]
+            SessionMsg::InjectFault => Err("injected fault".into()),
             SessionMsg::Detach { watcher_id } => {
                 state.watchers.detach(watcher_id);
                 Ok(())

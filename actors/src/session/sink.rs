@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use berth_runtime::engine::{SinkError, TurnSink};
 use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::frame::Frame;
-use berth_runtime::ids::SessionId;
+use berth_runtime::ids::{SessionId, TurnId};
 use berth_storage::Batch;
 
 use super::SessionEnv;
@@ -17,6 +17,8 @@ use crate::watch::Watchers;
 pub(crate) struct JournalSink {
     pub env: Arc<SessionEnv>,
     pub session_id: SessionId,
+    /// Every write is fenced by this turn: once it is sealed, nothing lands.
+    pub turn_id: TurnId,
     pub watchers: Arc<Watchers>,
 }
 
@@ -30,7 +32,11 @@ impl TurnSink for JournalSink {
         let ids = self
             .env
             .journal
-            .commit(Batch::new().append(&self.session_id, &record))
+            .commit(
+                Batch::new()
+                    .fenced_by_turn(&self.session_id, &self.turn_id)
+                    .append(&self.session_id, &record),
+            )
             .await
             .map_err(|e| SinkError(e.to_string()))?;
         let record = Arc::new(record);
@@ -44,7 +50,11 @@ impl TurnSink for JournalSink {
     async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError> {
         self.env
             .journal
-            .commit(Batch::new().put_frame(frame))
+            .commit(
+                Batch::new()
+                    .fenced_by_turn(&self.session_id, &self.turn_id)
+                    .put_frame(frame),
+            )
             .await
             .map(drop)
             .map_err(|e| SinkError(e.to_string()))

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use berth_runtime::content::Prompt;
 use berth_runtime::engine::{run_turn, TurnControl, TurnDeps, TurnOutcome, TurnSpec};
 use berth_runtime::event::{EventRecord, SessionEvent};
-use berth_runtime::ids::TurnId;
 use berth_runtime::history::Message;
+use berth_runtime::ids::TurnId;
 use berth_runtime::terminal::{Terminal, TerminalKind};
 use berth_storage::{Batch, OpenTurn};
 use futures::FutureExt;
@@ -108,13 +108,17 @@ pub(crate) async fn start(
     let sink = JournalSink {
         env,
         session_id,
+        turn_id: turn_id.clone(),
         watchers: Arc::clone(&state.watchers),
     };
     let actor = myself.clone();
     let finished_id = turn_id.clone();
     let task = tokio::spawn(async move {
         // A panic inside the turn (a tool, a provider) must still seal the turn.
-        let outcome = match AssertUnwindSafe(run_turn(&spec, &deps, &sink)).catch_unwind().await {
+        let outcome = match AssertUnwindSafe(run_turn(&spec, &deps, &sink))
+            .catch_unwind()
+            .await
+        {
             Ok(outcome) => outcome,
             Err(panic) => panicked_turn(&spec, panic.as_ref()),
         };
@@ -143,7 +147,10 @@ fn panicked_turn(spec: &TurnSpec, panic: &(dyn std::any::Any + Send)) -> TurnOut
         .unwrap_or_else(|| "unknown panic".into());
     tracing::error!(session_id = %spec.session_id, turn_id = %spec.turn_id, panic = %what, "turn task panicked");
     TurnOutcome {
-        terminal: Terminal::new(TerminalKind::InternalError, format!("the turn failed inside berth: {what}")),
+        terminal: Terminal::new(
+            TerminalKind::InternalError,
+            format!("the turn failed inside berth: {what}"),
+        ),
         usage: Default::default(),
         turn_messages: vec![Message::User {
             text: spec.prompt.to_model_text(),
