@@ -3,6 +3,7 @@
 
 mod config;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

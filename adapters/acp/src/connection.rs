@@ -170,8 +170,8 @@ where
         }
         while tasks.try_join_next().is_some() {}
         match classify(&frame) {
-            Err((id, err)) => {
-                conn.send(encode_error(&id, &err));
+            Err(rejected) => {
+                conn.send(encode_error(&rejected.id, &rejected.error));
             }
             Ok(Incoming::Response) => {}
             Ok(Incoming::Notification { method, params }) => {

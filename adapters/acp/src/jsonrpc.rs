@@ -142,9 +142,27 @@ pub enum Incoming {
     Response,
 }
 
-/// Classifies one frame. An `Err` carries the id to answer with (null when
-/// unknown) and the error.
-pub fn classify(frame: &[u8]) -> Result<Incoming, (Value, RpcError)> {
+/// A frame that is not a valid message: the id to answer with (null when it
+/// could not be read) and the error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    /// The request id, or null.
+    pub id: Value,
+    /// Why it was rejected.
+    pub error: RpcError,
+}
+
+/// Classifies one frame.
+///
+/// # Errors
+/// [`Rejected`] for anything that is not a JSON-RPC 2.0 message object.
+pub fn classify(frame: &[u8]) -> Result<Incoming, Box<Rejected>> {
+    classify_inner(frame).map_err(|(id, error)| Box::new(Rejected { id, error }))
+}
+
+// Boxed once by `classify`; the tuple keeps the early returns readable.
+#[allow(clippy::result_large_err)]
+fn classify_inner(frame: &[u8]) -> Result<Incoming, (Value, RpcError)> {
     let value: Value =
         serde_json::from_slice(frame).map_err(|e| (Value::Null, RpcError::parse_error(e)))?;
     let Value::Object(mut obj) = value else {
@@ -224,7 +242,8 @@ mod tests {
     use super::*;
 
     fn err(frame: &str) -> (Value, RpcError) {
-        classify(frame.as_bytes()).unwrap_err()
+        let rejected = classify(frame.as_bytes()).unwrap_err();
+        (rejected.id, rejected.error)
     }
 
     #[test]

@@ -8,7 +8,9 @@ use berth_acp::{serve, ServeOptions};
 use berth_actors::{Node, NodeConfig};
 use berth_runtime::model::scripted::ScriptedModel;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, ReadHalf, WriteHalf};
+use tokio::io::{
+    AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, ReadHalf, WriteHalf,
+};
 
 const SCRIPT: &str = r#"
 [[rules]]
@@ -36,7 +38,12 @@ impl Client {
         let (r, w) = tokio::io::split(theirs);
         tokio::spawn(serve(node.clone(), r, w, options));
         let (r, w) = tokio::io::split(ours);
-        Self { write: w, lines: BufReader::new(r).lines(), backlog: VecDeque::new(), next_id: 1000 }
+        Self {
+            write: w,
+            lines: BufReader::new(r).lines(),
+            backlog: VecDeque::new(),
+            next_id: 1000,
+        }
     }
 
     async fn send_raw(&mut self, line: &str) {
@@ -60,7 +67,10 @@ impl Client {
     async fn request(&mut self, method: &str, params: Value) -> u64 {
         self.next_id += 1;
         let id = self.next_id;
-        self.send_raw(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string()).await;
+        self.send_raw(
+            &json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string(),
+        )
+        .await;
         id
     }
 
@@ -88,46 +98,88 @@ impl Client {
     }
 
     async fn new_session(&mut self, cwd: &std::path::Path) -> String {
-        let r = self.call("session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+        let r = self
+            .call("session/new", json!({"cwd": cwd, "mcpServers": []}))
+            .await;
         r["result"]["sessionId"].as_str().unwrap().to_owned()
     }
 }
 
 async fn node(dir: &std::path::Path) -> Node {
     let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:wire").unwrap();
-    Node::start(NodeConfig::new(dir.join("data"), std::sync::Arc::new(model))).await.unwrap()
+    Node::start(NodeConfig::new(
+        dir.join("data"),
+        std::sync::Arc::new(model),
+    ))
+    .await
+    .unwrap()
 }
 
 fn error_of(v: &Value) -> (i64, Value) {
-    (v["error"]["code"].as_i64().unwrap(), v["error"]["data"].clone())
+    (
+        v["error"]["code"].as_i64().unwrap(),
+        v["error"]["data"].clone(),
+    )
 }
 
 #[tokio::test]
 async fn malformed_frames_get_typed_errors_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path()).await;
-    let mut c = Client::connect(&node, ServeOptions { max_frame_bytes: 1024, max_in_flight: 8 });
+    let mut c = Client::connect(
+        &node,
+        ServeOptions {
+            max_frame_bytes: 1024,
+            max_in_flight: 8,
+        },
+    );
     c.send_raw("{not json").await;
     assert_eq!(error_of(&c.read().await).0, -32700);
     c.send_raw(r#"[{"jsonrpc":"2.0","id":1,"method":"session/list"},{"jsonrpc":"2.0","id":2,"method":"session/list"}]"#).await;
     let batch = c.read().await;
     assert_eq!(error_of(&batch).0, -32600);
     assert_eq!(batch["id"], Value::Null);
-    c.send_raw(&format!(r#"{{"jsonrpc":"2.0","id":3,"method":"session/list","params":{{"pad":"{}"}}}}"#, "x".repeat(5000))).await;
+    c.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"session/list","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(5000)
+    ))
+    .await;
     let (code, data) = error_of(&c.read().await);
-    assert_eq!((code, data["reason"].as_str()), (-32600, Some("frame_too_large")));
+    assert_eq!(
+        (code, data["reason"].as_str()),
+        (-32600, Some("frame_too_large"))
+    );
     let r = c.call("session/frobnicate", json!({})).await;
-    assert_eq!(error_of(&r), (-32601, json!({"method": "session/frobnicate"})));
-    let r = c.call("session/new", json!({"cwd": "relative/dir", "mcpServers": []})).await;
+    assert_eq!(
+        error_of(&r),
+        (-32601, json!({"method": "session/frobnicate"}))
+    );
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": "relative/dir", "mcpServers": []}),
+        )
+        .await;
     assert_eq!(error_of(&r).0, -32602);
     assert_eq!(error_of(&r).1["field"], "cwd");
-    let r = c.call("session/new", json!({"cwd": "/definitely/not/here", "mcpServers": []})).await;
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": "/definitely/not/here", "mcpServers": []}),
+        )
+        .await;
     assert_eq!(error_of(&r).1["field"], "cwd");
-    let r = c.call("session/prompt", json!({"sessionId": 5, "prompt": []})).await;
+    let r = c
+        .call("session/prompt", json!({"sessionId": 5, "prompt": []}))
+        .await;
     assert_eq!(error_of(&r).0, -32602);
-    let r = c.call("session/cancel", json!({"sessionId": "sess_nope"})).await;
+    let r = c
+        .call("session/cancel", json!({"sessionId": "sess_nope"}))
+        .await;
     assert_eq!(error_of(&r), (-32004, json!({"sessionId": "sess_nope"})));
-    let r = c.call("session/load", json!({"sessionId": "sess_nope"})).await;
+    let r = c
+        .call("session/load", json!({"sessionId": "sess_nope"}))
+        .await;
     assert_eq!(error_of(&r).0, -32004);
     // None of that created anything; the connection still works.
     let r = c.call("session/list", json!({})).await;
@@ -139,9 +191,18 @@ async fn cancel_and_list_do_not_wait_behind_a_running_prompt() {
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
-    c.call("initialize", json!({"protocolVersion": 1, "clientCapabilities": {}})).await;
+    c.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    )
+    .await;
     let sid = c.new_session(dir.path()).await;
-    let prompt = c.request("session/prompt", json!({"sessionId": sid, "prompt": [{"type":"text","text":"sleep"}]})).await;
+    let prompt = c
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"sleep"}]}),
+        )
+        .await;
     // Wait until the tool call is in flight.
     loop {
         let v = c.read().await;
@@ -151,15 +212,32 @@ async fn cancel_and_list_do_not_wait_behind_a_running_prompt() {
     }
     let list = c.call("session/list", json!({})).await;
     let entry = &list["result"]["sessions"][0]["_meta"]["berth"];
-    assert_eq!((entry["liveState"].as_str(), entry["activePrompt"].as_bool()), (Some("live"), Some(true)));
-    let again = c.call("session/prompt", json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]})).await;
+    assert_eq!(
+        (entry["liveState"].as_str(), entry["activePrompt"].as_bool()),
+        (Some("live"), Some(true))
+    );
+    let again = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]}),
+        )
+        .await;
     assert_eq!(error_of(&again).0, -32006);
     // Cancel as a notification: never answered, still ends the turn.
-    c.send_raw(&json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId": sid}}).to_string()).await;
+    c.send_raw(
+        &json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId": sid}}).to_string(),
+    )
+    .await;
     let (done, _) = c.response(prompt).await;
     assert_eq!(done["result"]["stopReason"], "cancelled");
-    assert_eq!(done["result"]["_meta"]["berth"]["terminal"]["kind"], "user_cancelled");
-    assert_eq!(done["result"]["_meta"]["berth"]["terminal"]["owner"], "user");
+    assert_eq!(
+        done["result"]["_meta"]["berth"]["terminal"]["kind"],
+        "user_cancelled"
+    );
+    assert_eq!(
+        done["result"]["_meta"]["berth"]["terminal"]["owner"],
+        "user"
+    );
     let r = c.call("session/cancel", json!({"sessionId": sid})).await;
     assert_eq!(r["result"]["status"], "already_cancelled");
 }
@@ -168,9 +246,20 @@ async fn cancel_and_list_do_not_wait_behind_a_running_prompt() {
 async fn requests_past_the_in_flight_bound_are_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path()).await;
-    let mut c = Client::connect(&node, ServeOptions { max_frame_bytes: 1 << 20, max_in_flight: 1 });
+    let mut c = Client::connect(
+        &node,
+        ServeOptions {
+            max_frame_bytes: 1 << 20,
+            max_in_flight: 1,
+        },
+    );
     let sid = c.new_session(dir.path()).await;
-    let prompt = c.request("session/prompt", json!({"sessionId": sid, "prompt": [{"type":"text","text":"slow"}]})).await;
+    let prompt = c
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"slow"}]}),
+        )
+        .await;
     let r = c.call("session/list", json!({})).await;
     assert_eq!(error_of(&r).0, -32007);
     assert_eq!(error_of(&r).1["limit"], 1);
@@ -184,7 +273,12 @@ async fn a_second_client_loading_mid_turn_sees_every_event_exactly_once() {
     let node = node(dir.path()).await;
     let mut a = Client::connect(&node, ServeOptions::default());
     let sid = a.new_session(dir.path()).await;
-    let prompt = a.request("session/prompt", json!({"sessionId": sid, "prompt": [{"type":"text","text":"slow"}]})).await;
+    let prompt = a
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"slow"}]}),
+        )
+        .await;
     // Let the first chunk land, then attach a second client with replay.
     loop {
         if a.read().await["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
@@ -194,15 +288,28 @@ async fn a_second_client_loading_mid_turn_sees_every_event_exactly_once() {
     let mut b = Client::connect(&node, ServeOptions::default());
     let load = b.request("session/load", json!({"sessionId": sid})).await;
     let (resp, replayed) = b.response(load).await;
-    assert!(replayed.iter().all(|n| n["params"]["_meta"]["berth"]["replayed"] == true));
-    let listed: Vec<u64> = resp["result"]["replayed"].as_array().unwrap().iter().map(|e| e["eventId"].as_u64().unwrap()).collect();
+    assert!(replayed
+        .iter()
+        .all(|n| n["params"]["_meta"]["berth"]["replayed"] == true));
+    let listed: Vec<u64> = resp["result"]["replayed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["eventId"].as_u64().unwrap())
+        .collect();
     assert!(!listed.is_empty());
     a.response(prompt).await;
     // B now receives the rest live, up to and including turn_ended.
-    let mut ids: Vec<u64> = replayed.iter().map(|n| n["params"]["_meta"]["berth"]["eventId"].as_u64().unwrap()).collect();
+    let mut ids: Vec<u64> = replayed
+        .iter()
+        .map(|n| n["params"]["_meta"]["berth"]["eventId"].as_u64().unwrap())
+        .collect();
     loop {
         let n = b.read().await;
-        assert!(n["params"]["_meta"]["berth"]["replayed"].is_null(), "live events are not marked replayed");
+        assert!(
+            n["params"]["_meta"]["berth"]["replayed"].is_null(),
+            "live events are not marked replayed"
+        );
         ids.push(n["params"]["_meta"]["berth"]["eventId"].as_u64().unwrap());
         if n["method"] == "_berth/agentEvent" && n["params"]["type"] == "turn_ended" {
             break;
@@ -218,14 +325,40 @@ async fn closed_sessions_stay_readable_and_refuse_prompts() {
     let node = node(dir.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
-    let r = c.call("session/prompt", json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]})).await;
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]}),
+        )
+        .await;
     assert_eq!(r["result"]["stopReason"], "end_turn");
-    assert_eq!(c.call("session/close", json!({"sessionId": sid})).await["result"], json!({}));
-    let r = c.call("session/prompt", json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]})).await;
+    assert_eq!(
+        c.call("session/close", json!({"sessionId": sid})).await["result"],
+        json!({})
+    );
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]}),
+        )
+        .await;
     assert_eq!(error_of(&r).0, -32005);
     let load = c.call("session/load", json!({"sessionId": sid})).await;
-    let kinds: Vec<&str> = load["result"]["replayed"].as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["turn_started", "agent_message_chunk", "turn_ended", "session_closed"]);
+    let kinds: Vec<&str> = load["result"]["replayed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "turn_started",
+            "agent_message_chunk",
+            "turn_ended",
+            "session_closed"
+        ]
+    );
     let list = c.call("session/list", json!({})).await;
     assert!(list["result"]["sessions"][0]["_meta"]["berth"]["closedAt"].is_string());
 }
