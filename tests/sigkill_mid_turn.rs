@@ -46,13 +46,18 @@ impl Server {
         let (tx, frames) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let v: Value = serde_json::from_str(&line).expect("stdout carries only JSON frames");
+                let v: Value =
+                    serde_json::from_str(&line).expect("stdout carries only JSON frames");
                 if tx.send(v).is_err() {
                     return;
                 }
             }
         });
-        Self { child, stdin, frames }
+        Self {
+            child,
+            stdin,
+            frames,
+        }
     }
 
     fn send(&mut self, id: u64, method: &str, params: Value) {
@@ -62,7 +67,9 @@ impl Server {
     }
 
     fn next(&self) -> Value {
-        self.frames.recv_timeout(Duration::from_secs(15)).expect("no frame from berth within 15 s")
+        self.frames
+            .recv_timeout(Duration::from_secs(15))
+            .expect("no frame from berth within 15 s")
     }
 
     /// Notifications until the response with `id`, and the response.
@@ -86,13 +93,19 @@ impl Drop for Server {
 }
 
 fn event_id(note: &Value) -> u64 {
-    note["params"]["_meta"]["berth"]["eventId"].as_u64().expect("every notification names its event")
+    note["params"]["_meta"]["berth"]["eventId"]
+        .as_u64()
+        .expect("every notification names its event")
 }
 
 #[test]
 fn acknowledged_events_survive_sigkill_and_the_turn_is_sealed() {
     let dir = tempfile::tempdir().unwrap();
-    let (data, cwd, script) = (dir.path().join("data"), dir.path().join("work"), dir.path().join("s.toml"));
+    let (data, cwd, script) = (
+        dir.path().join("data"),
+        dir.path().join("work"),
+        dir.path().join("s.toml"),
+    );
     std::fs::create_dir_all(&cwd).unwrap();
     std::fs::write(&script, SCRIPT).unwrap();
 
@@ -100,8 +113,15 @@ fn acknowledged_events_survive_sigkill_and_the_turn_is_sealed() {
     server.send(1, "initialize", json!({"protocolVersion": 1}));
     server.until(1);
     server.send(2, "session/new", json!({"cwd": cwd, "mcpServers": []}));
-    let sid = server.until(2).1["result"]["sessionId"].as_str().unwrap().to_owned();
-    server.send(3, "session/prompt", json!({"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}));
+    let sid = server.until(2).1["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.send(
+        3,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}),
+    );
     let mut seen = Vec::new();
     let mut chunks = 0;
     while chunks < 3 {
@@ -123,23 +143,109 @@ fn acknowledged_events_survive_sigkill_and_the_turn_is_sealed() {
     server.send(2, "session/load", json!({"sessionId": sid}));
     let (replayed, load) = server.until(2);
     let ids: Vec<u64> = replayed.iter().map(event_id).collect();
-    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "contiguous ids, nothing lost or half-written");
+    assert_eq!(
+        ids,
+        (1..=ids.len() as u64).collect::<Vec<_>>(),
+        "contiguous ids, nothing lost or half-written"
+    );
     for id in &seen {
-        assert!(ids.contains(id), "event {id} was sent before the kill but did not survive");
+        assert!(
+            ids.contains(id),
+            "event {id} was sent before the kill but did not survive"
+        );
     }
     let last = replayed.last().unwrap();
     assert_eq!(last["method"], "_berth/agentEvent");
     assert_eq!(last["params"]["type"], "turn_ended");
     let terminal = &last["params"]["event"]["terminal"];
-    assert_eq!((terminal["kind"].as_str(), terminal["owner"].as_str()), (Some("process_restarted"), Some("harness")));
+    assert_eq!(
+        (terminal["kind"].as_str(), terminal["owner"].as_str()),
+        (Some("process_restarted"), Some("harness"))
+    );
     assert!(terminal["reason"].as_str().unwrap().contains("restarted"));
     assert_eq!(last["params"]["event"]["stop_reason"], "cancelled");
-    assert_eq!(load["result"]["replayed"].as_array().unwrap().len(), ids.len());
+    assert_eq!(
+        load["result"]["replayed"].as_array().unwrap().len(),
+        ids.len()
+    );
     // Nothing re-ran the interrupted turn: the text after the long delay never appears.
-    assert!(!replayed.iter().any(|n| n["params"]["update"]["content"]["text"] == "never"));
+    assert!(!replayed
+        .iter()
+        .any(|n| n["params"]["update"]["content"]["text"] == "never"));
 
-    server.send(3, "session/prompt", json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}));
+    server.send(
+        3,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
+    );
     let (notes, done) = server.until(3);
     assert_eq!(done["result"]["stopReason"], "end_turn");
-    assert_eq!(event_id(&notes[0]), ids.len() as u64 + 1, "new events continue the log");
+    assert_eq!(
+        event_id(&notes[0]),
+        ids.len() as u64 + 1,
+        "new events continue the log"
+    );
+}
+
+const SLEEPER: &str = r#"
+[[rules]]
+match = "sleep"
+steps = [ { tool_call = { name = "shell", arguments = { command = "sleep 300 & echo $! > sleeper.pid; sleep 300" } } } ]
+"#;
+
+fn alive(pid: i32) -> bool {
+    // A zombie waiting for init to reap it is dead for our purposes.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+#[test]
+fn processes_a_killed_berth_left_behind_are_killed_at_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cwd, script) = (
+        dir.path().join("data"),
+        dir.path().join("work"),
+        dir.path().join("s.toml"),
+    );
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::write(&script, SLEEPER).unwrap();
+    let mut server = Server::start(&data, &script);
+    server.send(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = server.until(1).1["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.send(
+        2,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "sleep"}]}),
+    );
+    while server.next()["params"]["update"]["status"] != "in_progress" {}
+    let pid_file = cwd.join("sleeper.pid");
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            break pid;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+    assert!(
+        alive(pid),
+        "the background child outlives a SIGKILLed berth"
+    );
+
+    let mut server = Server::start(&data, &script);
+    server.send(1, "session/list", json!({}));
+    server.until(1); // start-up (and the reaping) is done before the first answer
+    for _ in 0..200 {
+        if !alive(pid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("process {pid} started by the session survived berth's restart");
 }

@@ -11,6 +11,7 @@ use berth_runtime::content::Prompt;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::model::Usage;
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind};
+use berth_runtime::tools::ProcessLedger;
 use berth_storage::{Batch, Journal, JournalOptions, SessionRecord};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorRef, RpcReplyPort};
@@ -102,9 +103,10 @@ pub struct Node {
 }
 
 impl Node {
-    /// Opens the journal in `config.data_dir`, seals every turn that was running
-    /// when the previous process died (terminal `process_restarted`, owner
-    /// `harness`; never re-run), and starts the supervisor.
+    /// Opens the journal in `config.data_dir`, kills the process groups the
+    /// previous berth process left behind, seals every turn that was running
+    /// when it died (terminal `process_restarted`, owner `harness`; never
+    /// re-run), and starts the supervisor.
     ///
     /// # Errors
     /// [`NodeError`] when the data dir or journal is unusable.
@@ -119,7 +121,20 @@ impl Node {
                 quick_repair: config.quick_repair,
             },
         )?;
-        let env = Arc::new(SessionEnv { journal, config });
+        let processes = ProcessLedger::open(&config.data_dir.join("processes")).map_err(|e| {
+            NodeError::DataDir {
+                path: config.data_dir.join("processes").display().to_string(),
+                message: e.to_string(),
+            }
+        })?;
+        for session in processes.reap() {
+            tracing::warn!(session_id = %session, "killed a process group left by a previous berth process");
+        }
+        let env = Arc::new(SessionEnv {
+            journal,
+            config,
+            processes: Arc::new(processes),
+        });
         for open in env.journal.open_turns()? {
             seal_open_turn(
                 &env,

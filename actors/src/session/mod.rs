@@ -14,7 +14,7 @@ use berth_runtime::content::Prompt;
 use berth_runtime::engine::{TurnControl, TurnOutcome};
 use berth_runtime::history::Message;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
-use berth_runtime::tools::ProcessGroups;
+use berth_runtime::tools::{ProcessGroups, ProcessLedger};
 use berth_storage::{Journal, SessionRecord};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
@@ -32,6 +32,8 @@ pub struct SessionEnv {
     pub journal: Journal,
     /// Node configuration (model, tools, limits, clock, ids).
     pub config: NodeConfig,
+    /// Process groups started by this node's sessions (reaped at start-up).
+    pub processes: Arc<ProcessLedger>,
 }
 
 /// The answer to an attach (`session/load`, `session/resume`, `session/new`).
@@ -116,7 +118,8 @@ pub struct SessionState {
 
 impl Drop for SessionState {
     fn drop(&mut self) {
-        // The actor is gone (stopped or failed): nothing may keep running for it.
+        // The actor is gone (stopped or failed): its turn stops; the processes
+        // go when the last holder of `processes` (this or the turn) drops it.
         if let Some(turn) = &self.turn {
             turn.task.abort();
         }
@@ -163,12 +166,16 @@ impl Actor for SessionActor {
         .await?;
         let transcript = journal.transcript(&args.session_id)?;
         let last = journal.last_event_id(&args.session_id)?;
+        let processes = Arc::new(ProcessGroups::with_ledger(
+            Arc::clone(&args.env.processes),
+            args.session_id.as_str(),
+        ));
         Ok(SessionState {
             env: args.env,
             record,
             transcript,
             watchers: Arc::new(Watchers::new(last)),
-            processes: Arc::new(ProcessGroups::default()),
+            processes,
             turn: None,
             pending_close: Vec::new(),
         })

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::Value;
 
-pub use processes::ProcessGroups;
+pub use processes::{ProcessGroups, ProcessLedger};
 
 use crate::event::ToolKind;
 use crate::model::ToolSpec;

@@ -1,13 +1,22 @@
-//! The process groups a session started, so cancel can reach them.
+//! The process groups a session started, so cancel can reach them — even
+//! across a crash of berth itself.
 //!
 //! Every `shell` call runs in a new process group whose id is registered here.
 //! A backgrounded child (`sleep 60 &`) stays in that group after the call
 //! returns, so the group stays registered until it is empty or killed;
 //! `session/cancel` and `session/close` kill every registered group
 //! (`remote-session-control.md`, "Stop": processes the session started are killed).
+//!
+//! A [`ProcessLedger`] mirrors the registered groups as small files in the data
+//! dir. If berth is killed, its children outlive it; at the next start-up
+//! [`ProcessLedger::reap`] kills every group still listed whose leader is the
+//! same process (pid and start time match, so a reused pid is never hit). Plain
+//! writes suffice: the ledger must survive the death of the berth process, not
+//! of the machine (which takes the children with it).
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -16,12 +25,24 @@ use nix::unistd::Pid;
 #[derive(Debug, Default)]
 pub struct ProcessGroups {
     groups: Mutex<BTreeSet<i32>>,
+    ledger: Option<(Arc<ProcessLedger>, String)>,
 }
 
 impl ProcessGroups {
+    /// Groups mirrored in `ledger` under the owner name `session` (a session id).
+    pub fn with_ledger(ledger: Arc<ProcessLedger>, session: &str) -> Self {
+        Self {
+            groups: Mutex::default(),
+            ledger: Some((ledger, session.to_owned())),
+        }
+    }
+
     /// Registers a process group id (the leader's pid).
     pub fn register(&self, pgid: i32) {
         self.lock().insert(pgid);
+        if let Some((ledger, session)) = &self.ledger {
+            ledger.record(pgid, session);
+        }
     }
 
     /// Sends SIGKILL to every registered group and forgets them. Returns how
@@ -30,19 +51,149 @@ impl ProcessGroups {
         let groups = std::mem::take(&mut *self.lock());
         groups
             .into_iter()
-            .filter(|&pgid| killpg(Pid::from_raw(pgid), Signal::SIGKILL).is_ok())
+            .filter(|&pgid| {
+                let alive = killpg(Pid::from_raw(pgid), Signal::SIGKILL).is_ok();
+                self.forget(pgid);
+                alive
+            })
             .count()
     }
 
     /// Forgets groups that have no members left. Returns how many are alive.
     pub fn prune(&self) -> usize {
         let mut groups = self.lock();
-        groups.retain(|&pgid| killpg(Pid::from_raw(pgid), None).is_ok());
+        groups.retain(|&pgid| {
+            let alive = killpg(Pid::from_raw(pgid), None).is_ok();
+            if !alive {
+                self.forget(pgid);
+            }
+            alive
+        });
         groups.len()
+    }
+
+    fn forget(&self, pgid: i32) {
+        if let Some((ledger, _)) = &self.ledger {
+            ledger.forget(pgid);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<i32>> {
         // A poisoned set is still a correct set of pids.
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for ProcessGroups {
+    /// Whoever held the groups is gone (the session actor stopped or failed):
+    /// nothing it started may keep running unreachable.
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+/// Process groups started by this berth, one file per group in a directory:
+/// `<pgid>` containing `<leader start time> <owner>`.
+#[derive(Debug)]
+pub struct ProcessLedger {
+    dir: PathBuf,
+}
+
+/// The leader's start time (clock ticks since boot, `/proc/<pid>/stat` field 22),
+/// which tells a live process from a later one that reused its pid.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; fields after it follow ") ".
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+impl ProcessLedger {
+    /// Opens (creating) the ledger directory.
+    ///
+    /// # Errors
+    /// I/O errors creating the directory.
+    pub fn open(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    fn record(&self, pgid: i32, owner: &str) {
+        let Some(started) = start_time(pgid) else {
+            return;
+        };
+        if let Err(e) = std::fs::write(
+            self.dir.join(pgid.to_string()),
+            format!("{started} {owner}"),
+        ) {
+            tracing::warn!(pgid, error = %e, "cannot record a process group in the ledger");
+        }
+    }
+
+    fn forget(&self, pgid: i32) {
+        let _ = std::fs::remove_file(self.dir.join(pgid.to_string()));
+    }
+
+    /// Kills every listed group whose leader is still the process that was
+    /// recorded, and empties the ledger. Call once at start-up, before any
+    /// session runs. Returns the owners of the groups killed.
+    pub fn reap(&self) -> Vec<String> {
+        let mut killed = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return killed;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let pgid = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse::<i32>().ok());
+            let record = std::fs::read_to_string(&path).unwrap_or_default();
+            let (started, owner) = record.split_once(' ').unwrap_or(("", ""));
+            if let Some(pgid) = pgid.filter(|&p| p > 1) {
+                if started
+                    .parse::<u64>()
+                    .ok()
+                    .is_some_and(|s| start_time(pgid) == Some(s))
+                    && killpg(Pid::from_raw(pgid), Signal::SIGKILL).is_ok()
+                {
+                    killed.push(owner.to_owned());
+                }
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+        killed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::CommandExt;
+
+    use super::*;
+
+    #[test]
+    fn ledger_reaps_live_groups_and_skips_reused_pids() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Arc::new(ProcessLedger::open(dir.path()).unwrap());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = child.id() as i32;
+        let groups = ProcessGroups::with_ledger(Arc::clone(&ledger), "sess_1");
+        groups.register(pgid);
+        // A stale record: right pid of some process, wrong start time.
+        std::fs::write(dir.path().join("1"), "0 sess_stale").unwrap();
+        std::mem::forget(groups); // as if berth died: no Drop, no cleanup
+        assert_eq!(ledger.reap(), vec!["sess_1".to_owned()]);
+        assert!(
+            child.wait().is_ok_and(|s| !s.success()),
+            "the group was killed"
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }
