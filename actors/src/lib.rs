@@ -14,6 +14,8 @@
 //! - The [`supervisor`] restarts a failed session actor from the journal; the
 //!   [`registry`] routes by session id and spawns (rehydrates) on demand.
 
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod error;
 pub mod node;

@@ -16,6 +16,8 @@
 //! - [`tools`]: the [`tools::Tool`] trait and the `shell`, `read_file`, `write_file` tools.
 //! - [`engine`]: [`engine::run_turn`], the turn loop (model call → tool batch → …).
 
+#![warn(missing_docs)]
+
 pub mod clock;
 pub mod content;
 pub mod engine;

@@ -14,6 +14,8 @@
 //! process (tested in `tests/kill_writer.rs`); a batch that did not return is
 //! either wholly present or wholly absent after restart.
 
+#![warn(missing_docs)]
+
 mod batch;
 mod error;
 mod journal;

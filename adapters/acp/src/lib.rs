@@ -15,6 +15,8 @@
 //!
 //! stdout carries only ACP frames; logs go to stderr.
 
+#![warn(missing_docs)]
+
 pub mod connection;
 pub mod jsonrpc;
 pub mod methods;

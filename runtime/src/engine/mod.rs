@@ -2,7 +2,7 @@
 //!
 //! A turn is a loop of iterations — model call → tool batch → model call … —
 //! until the model ends the turn, a limit stops it, or it is cancelled
-//! ([`run_turn`]). Its state between steps is an explicit [`Frame`](crate::frame::Frame),
+//! ([`run_turn`]). Its state between steps is an explicit [`crate::frame::Frame`],
 //! checkpointed at each phase boundary through the [`TurnSink`].
 //!
 //! The engine never writes anything itself: every fact goes through
