@@ -1,7 +1,10 @@
 //! The canonical transcript: what a model reads on its next call.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::ids::ToolCallId;
 
@@ -43,4 +46,94 @@ pub enum Message {
         #[serde(default)]
         is_error: bool,
     },
+}
+
+/// A session's transcript, shared cheaply (turns and model requests hold the
+/// same allocation) and fingerprinted incrementally: the fingerprint after
+/// message *n* is `SHA-256(fingerprint(n-1) ‖ JSON(message n))`, so appending a
+/// turn costs what the turn costs, not what the whole history costs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transcript {
+    messages: Arc<Vec<Message>>,
+    fingerprint: String,
+}
+
+impl Default for Transcript {
+    fn default() -> Self {
+        Self::from_messages(Vec::new())
+    }
+}
+
+fn chain(previous: &str, message: &Message) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(previous.as_bytes());
+    hasher.update(serde_json::to_vec(message).unwrap_or_default());
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl Transcript {
+    /// A transcript of `messages` (fingerprinted once, O(n)).
+    pub fn from_messages(messages: Vec<Message>) -> Self {
+        let fingerprint = messages.iter().fold(String::new(), |fp, m| chain(&fp, m));
+        Self {
+            messages: Arc::new(messages),
+            fingerprint,
+        }
+    }
+
+    /// The messages, oldest first.
+    pub fn messages(&self) -> &Arc<Vec<Message>> {
+        &self.messages
+    }
+
+    /// Number of messages.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether there are no messages.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Hex SHA-256 chain over the messages (empty string for no messages).
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// Appends messages. Copies the shared vector only if another holder
+    /// (a finished turn's request) still shares it.
+    pub fn extend(&mut self, more: impl IntoIterator<Item = Message>) {
+        let messages = Arc::make_mut(&mut self.messages);
+        for message in more {
+            self.fingerprint = chain(&self.fingerprint, &message);
+            messages.push(message);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incremental_fingerprint_equals_batch_fingerprint() {
+        let a = Message::User { text: "a".into() };
+        let b = Message::Assistant {
+            text: "b".into(),
+            tool_calls: vec![],
+        };
+        let mut t = Transcript::from_messages(vec![a.clone()]);
+        t.extend([b.clone()]);
+        assert_eq!(t, Transcript::from_messages(vec![a.clone(), b]));
+        assert_ne!(
+            t.fingerprint(),
+            Transcript::from_messages(vec![a]).fingerprint()
+        );
+        assert_eq!(t.fingerprint().len(), 64);
+    }
 }

@@ -64,7 +64,7 @@ fn spec(cwd: &std::path::Path, prompt: &str, max_model_calls: u32) -> TurnSpec {
         turn_id: TurnId::from("turn_t"),
         cwd: cwd.to_path_buf(),
         additional_directories: vec![],
-        history: vec![],
+        history: Default::default(),
         prompt: Prompt::text(prompt),
         max_model_calls,
     }

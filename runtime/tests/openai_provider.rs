@@ -160,7 +160,8 @@ fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> ModelRequest {
         turn_id: "turn_1".into(),
         iteration: 0,
         cwd: "/tmp".into(),
-        messages,
+        history: std::sync::Arc::new(messages),
+        turn_messages: vec![],
         tools,
     }
 }

@@ -11,13 +11,33 @@ use crate::records::{OpenTurn, SessionRecord};
 /// One write, already encoded (encoding happens in the caller, off the writer thread).
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
-    PutSession { id: String, value: Vec<u8> },
-    AppendEvent { id: String, value: Vec<u8> },
-    PutFrame { id: String, value: Vec<u8> },
-    DeleteFrame { id: String },
-    PutTranscript { id: String, value: Vec<u8> },
-    OpenTurn { id: String, value: Vec<u8> },
-    CloseTurn { id: String },
+    PutSession {
+        id: String,
+        value: Vec<u8>,
+    },
+    AppendEvent {
+        id: String,
+        value: Vec<u8>,
+    },
+    PutFrame {
+        id: String,
+        value: Vec<u8>,
+    },
+    DeleteFrame {
+        id: String,
+    },
+    PutTranscriptMessage {
+        id: String,
+        index: u64,
+        value: Vec<u8>,
+    },
+    OpenTurn {
+        id: String,
+        value: Vec<u8>,
+    },
+    CloseTurn {
+        id: String,
+    },
 }
 
 /// Writes that become durable together or not at all. Build one, then hand it
@@ -92,12 +112,22 @@ impl Batch {
         self
     }
 
-    /// Replaces the session's transcript.
-    pub fn put_transcript(mut self, session: &SessionId, messages: &[Message]) -> Self {
-        self.ops.push(Op::PutTranscript {
-            id: session.0.clone(),
-            value: json(&messages),
-        });
+    /// Writes `messages` as the session's transcript entries `start`,
+    /// `start + 1`, … (append the messages of a sealed turn at the transcript's
+    /// current length).
+    pub fn append_transcript(
+        mut self,
+        session: &SessionId,
+        start: u64,
+        messages: &[Message],
+    ) -> Self {
+        for (offset, message) in messages.iter().enumerate() {
+            self.ops.push(Op::PutTranscriptMessage {
+                id: session.0.clone(),
+                index: start + offset as u64,
+                value: json(message),
+            });
+        }
         self
     }
 

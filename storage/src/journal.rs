@@ -83,11 +83,12 @@ impl Journal {
         let db = Database::create(path).map_err(|e| open_err(e.to_string()))?;
         // Create every table so reads never meet a missing one.
         let txn = db.begin_write().map_err(|e| open_err(e.to_string()))?;
-        for table in [SESSIONS, FRAMES, TRANSCRIPTS, OPEN_TURNS] {
+        for table in [SESSIONS, FRAMES, OPEN_TURNS] {
             txn.open_table(table).map_err(|e| open_err(e.to_string()))?;
         }
-        txn.open_table(EVENTS)
-            .map_err(|e| open_err(e.to_string()))?;
+        for table in [EVENTS, TRANSCRIPTS] {
+            txn.open_table(table).map_err(|e| open_err(e.to_string()))?;
+        }
         txn.commit().map_err(|e| open_err(e.to_string()))?;
         let db = Arc::new(db);
         let (sender, thread) = writer::spawn(Arc::clone(&db), options.quick_repair);
@@ -219,9 +220,34 @@ impl Journal {
     /// # Errors
     /// As [`Journal::session`].
     pub fn transcript(&self, id: &SessionId) -> Result<Vec<Message>, StorageError> {
-        Ok(self
-            .get(TRANSCRIPTS, "transcripts", id.as_str())?
-            .unwrap_or_default())
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(TRANSCRIPTS)?;
+        let mut out = Vec::new();
+        for entry in table.range((id.as_str(), 0)..=(id.as_str(), u64::MAX))? {
+            let (k, v) = entry?;
+            out.push(decode(
+                "transcript_messages",
+                &format!("{id}/{}", k.value().1),
+                v.value(),
+            )?);
+        }
+        Ok(out)
+    }
+
+    /// Number of messages in the session's transcript (the index the next one gets).
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn transcript_len(&self, id: &SessionId) -> Result<u64, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(TRANSCRIPTS)?;
+        let last = table
+            .range((id.as_str(), 0)..=(id.as_str(), u64::MAX))?
+            .next_back();
+        Ok(match last {
+            Some(entry) => entry?.0.value().1 + 1,
+            None => 0,
+        })
     }
 
     /// The latest frame of the session's open turn, if it checkpointed one.

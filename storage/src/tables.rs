@@ -8,7 +8,9 @@ pub const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("session
 pub const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
 /// session id → latest [`Frame`](berth_runtime::frame::Frame) of its open turn.
 pub const FRAMES: TableDefinition<&str, &[u8]> = TableDefinition::new("frames");
-/// session id → transcript (`Vec<Message>`) as of the last sealed turn.
-pub const TRANSCRIPTS: TableDefinition<&str, &[u8]> = TableDefinition::new("transcripts");
+/// (session id, index) → one transcript [`Message`](berth_runtime::history::Message);
+/// append-only, so sealing a turn writes only that turn's messages.
+pub const TRANSCRIPTS: TableDefinition<(&str, u64), &[u8]> =
+    TableDefinition::new("transcript_messages");
 /// session id → [`OpenTurn`](crate::OpenTurn).
 pub const OPEN_TURNS: TableDefinition<&str, &[u8]> = TableDefinition::new("open_turns");

@@ -150,8 +150,8 @@ fn apply_all(
                 Op::DeleteFrame { id } => {
                     frames.remove(id.as_str())?;
                 }
-                Op::PutTranscript { id, value } => {
-                    transcripts.insert(id.as_str(), value.as_slice())?;
+                Op::PutTranscriptMessage { id, index, value } => {
+                    transcripts.insert((id.as_str(), *index), value.as_slice())?;
                 }
                 Op::OpenTurn { id, value } => {
                     open_turns.insert(id.as_str(), value.as_slice())?;

@@ -118,13 +118,22 @@ async fn turn_markers_frames_and_transcripts() {
     j.commit(
         Batch::new()
             .close_turn(&sid)
-            .put_transcript(&sid, &msgs)
+            .append_transcript(&sid, 0, &msgs)
             .delete_frame(&sid),
     )
     .await
     .unwrap();
     assert!(j.open_turns().unwrap().is_empty());
     assert_eq!(j.transcript(&sid).unwrap(), msgs);
+    let more = vec![Message::User {
+        text: "again".into(),
+    }];
+    j.commit(Batch::new().append_transcript(&sid, 1, &more))
+        .await
+        .unwrap();
+    assert_eq!(j.transcript(&sid).unwrap(), [msgs, more].concat());
+    assert_eq!(j.transcript_len(&sid).unwrap(), 2);
+    assert_eq!(j.transcript_len(&SessionId::from("none")).unwrap(), 0);
     assert!(j.frame(&sid).unwrap().is_none());
     assert!(j.commit(Batch::new()).await.unwrap().is_empty());
 }

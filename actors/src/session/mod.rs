@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use berth_runtime::content::Prompt;
 use berth_runtime::engine::{TurnControl, TurnOutcome};
-use berth_runtime::history::Message;
+use berth_runtime::history::Transcript;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::tools::{ProcessGroups, ProcessLedger};
 use berth_storage::{Journal, SessionRecord};
@@ -108,7 +108,7 @@ pub(crate) struct RunningTurn {
 pub struct SessionState {
     pub(crate) env: Arc<SessionEnv>,
     pub(crate) record: SessionRecord,
-    pub(crate) transcript: Vec<Message>,
+    pub(crate) transcript: Transcript,
     pub(crate) watchers: Arc<Watchers>,
     pub(crate) processes: Arc<ProcessGroups>,
     pub(crate) turn: Option<RunningTurn>,
@@ -164,7 +164,7 @@ impl Actor for SessionActor {
             ),
         )
         .await?;
-        let transcript = journal.transcript(&args.session_id)?;
+        let transcript = Transcript::from_messages(journal.transcript(&args.session_id)?);
         let last = journal.last_event_id(&args.session_id)?;
         let processes = Arc::new(ProcessGroups::with_ledger(
             Arc::clone(&args.env.processes),

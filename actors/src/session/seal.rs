@@ -28,7 +28,7 @@ pub async fn seal_open_turn(
     let Some(open) = journal.open_turn(session_id)? else {
         return Ok(None);
     };
-    let mut transcript = journal.transcript(session_id)?;
+    let start = journal.transcript_len(session_id)?;
     let (turn_messages, usage) = match journal.frame(session_id)? {
         Some(frame) if frame.turn_id == open.turn_id => {
             (frame.turn_messages, frame.accounting.usage)
@@ -40,7 +40,6 @@ pub async fn seal_open_turn(
             Usage::default(),
         ),
     };
-    transcript.extend(turn_messages);
     let terminal = Terminal {
         reason: format!(
             "{} (turn started {})",
@@ -62,7 +61,7 @@ pub async fn seal_open_turn(
         .commit(
             Batch::new()
                 .append(session_id, &record)
-                .put_transcript(session_id, &transcript)
+                .append_transcript(session_id, start, &turn_messages)
                 .delete_frame(session_id)
                 .close_turn(session_id),
         )

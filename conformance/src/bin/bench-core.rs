@@ -25,11 +25,23 @@
 //! `_meta.berth.eventId`s), not timed separately. Every journaled event is one
 //! durable commit before any client hears of it, so "events per turn" is the
 //! number of fsync-bearing commits a turn pays at minimum (frame checkpoints
-//! are durable commits too but produce no notification).
+//! are durable commits too but produce no notification: a turn with one tool
+//! call checkpoints twice). To count the fsyncs themselves, point `BERTH_BIN`
+//! at a wrapper that runs `strace -f -c -e trace=fdatasync,fsync` on berth.
 //!
 //! All prompts go to one session, so the transcript grows by a few messages
-//! per turn; the report shows the mean of the first and last tenth of the
-//! measured prompts to make any growth in per-turn cost visible.
+//! per turn; the report shows the mean latency of each tenth of the measured
+//! prompts, in order, to make any growth in per-turn cost visible.
+//!
+//! Alongside, the CPU time berth's threads used per turn (summed from
+//! `/proc/<pid>/task/*/schedstat` of the spawned process — so of the wrapper,
+//! if `BERTH_BIN` is a wrapper script such as `strace`/`perf`), by tenth too,
+//! separates "berth does more work per turn" from "the machine is busy". After
+//! the child exits, the session's final transcript is read from its journal
+//! and its size printed.
+//!
+//! The machine's load average (`/proc/loadavg`) is printed before and after:
+//! the figures are only as quiet as the machine they ran on.
 //!
 //! # 2. Durable appends with 1, 10 and 100 concurrent sessions
 //!
@@ -40,8 +52,8 @@
 //! is fsynced) before sending the next. After a short warm-up, appends are
 //! counted and timed for `--duration-secs`. With one session every append pays
 //! a whole commit; with many, the writer folds all pending appends into one
-//! transaction, so appends/s should grow with `c` while per-append latency
-//! stays near one or two commit times. Every level runs twice: with the
+//! transaction (one fsync), so appends/s should grow with `c` while
+//! per-append latency grows only with the size of that transaction. Every level runs twice: with the
 //! default options and with `quick_repair: true`. After each run the journal's
 //! per-session tail is compared with the number of acknowledged appends (a
 //! sanity check printed as a warning, never a failure).
@@ -73,7 +85,7 @@ const SMALL_FILE: &str = "small.txt";
 
 /// Measures berth's prompt round trip over stdio and its durable append rate.
 #[derive(Parser, Debug)]
-#[command(name = "bench-core", about, long_about = None)]
+#[command(name = "bench-core")]
 struct Args {
     /// Seconds each journal run is measured (after a warm-up of a fifth of
     /// this, at most one second).
@@ -151,27 +163,59 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The 1-, 5- and 15-minute load averages, when the OS reports them.
+fn load_average() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    Some(
+        text.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
 async fn run(args: &Args) -> anyhow::Result<()> {
+    let bin = if args.skip_stdio {
+        None
+    } else {
+        Some(berth_binary()?)
+    };
+    let load_before = load_average();
+    if let Some(load) = &load_before {
+        println!("load average      {load} (before; {} CPUs)\n", cpus());
+    }
     if !(args.duration_secs > 0.0 && args.duration_secs.is_finite()) {
         bail!("--duration-secs must be a positive number of seconds");
     }
     if args.prompts == 0 && !args.skip_stdio {
         bail!("--prompts must be at least 1 (or pass --skip-stdio)");
     }
-    let stdio = if args.skip_stdio {
-        None
-    } else {
-        let report = stdio_bench(args).await?;
-        report.print();
-        Some(report)
+    let stdio = match bin {
+        None => None,
+        Some(bin) => {
+            let report = stdio_bench(args, bin).await?;
+            report.print();
+            Some(report)
+        }
     };
     let journal = if args.skip_journal {
         Vec::new()
     } else {
         journal_bench(args).await?
     };
+    let load_after = load_average();
+    if let Some(load) = &load_after {
+        println!("load average      {load} (after)");
+    }
     let summary = json!({
         "bench": "bench-core",
+        "cpus": cpus(),
+        "load_before": load_before,
+        "load_after": load_after,
         "stdio": stdio.as_ref().map(StdioReport::to_json),
         "journal": journal.iter().map(JournalRow::to_json).collect::<Vec<_>>(),
     });
@@ -331,11 +375,13 @@ impl AcpChild {
             json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
         line.push('\n');
         let stdin = self.stdin.as_mut().context("stdin already closed")?;
-        stdin
-            .write_all(line.as_bytes())
-            .await
-            .with_context(|| format!("cannot write to berth's stdin\n{}", self.stderr_tail()))?;
-        stdin.flush().await?;
+        let written = match stdin.write_all(line.as_bytes()).await {
+            Ok(()) => stdin.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            bail!("cannot write to berth's stdin: {e}\n{}", self.stderr_tail());
+        }
         loop {
             let frame = self.recv(FRAME_TIMEOUT).await?;
             if frame.get("method").is_some() {
@@ -399,11 +445,14 @@ struct StdioReport {
     session_new_us: u64,
     latency: LatencySummary,
     prompts_per_sec: f64,
-    first_tenth_mean_us: f64,
-    last_tenth_mean_us: f64,
+    tenth_means_us: Vec<f64>,
+    tenth_cpu_us: Option<Vec<f64>>,
+    cpu_per_turn_us: Option<f64>,
     events_per_turn: f64,
     frames_per_turn: f64,
     types_per_turn: BTreeMap<String, f64>,
+    /// Messages and JSON bytes of the session's transcript after the run.
+    transcript: Option<(usize, usize)>,
 }
 
 fn mean_us(samples: &[Duration]) -> f64 {
@@ -417,8 +466,7 @@ fn us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-async fn stdio_bench(args: &Args) -> anyhow::Result<StdioReport> {
-    let bin = berth_binary()?;
+async fn stdio_bench(args: &Args, bin: PathBuf) -> anyhow::Result<StdioReport> {
     let dir = tempfile::Builder::new()
         .prefix("berth-bench-")
         .tempdir()
@@ -469,13 +517,19 @@ async fn stdio_bench(args: &Args) -> anyhow::Result<StdioReport> {
     let before_types = acp.tally.by_type.clone();
 
     let mut samples = Vec::with_capacity(args.prompts);
+    let chunk = args.prompts.div_ceil(10);
+    let pid = acp.child.id();
+    let mut cpu_marks = vec![pid.and_then(cpu_ns)];
     let measured = Instant::now();
-    for _ in 0..args.prompts {
+    for i in 0..args.prompts {
         let (elapsed, turn) = prompt_once(&mut acp, &prompt)
             .await
             .context("measured prompt")?;
         samples.push(elapsed);
         last_turn = turn;
+        if (i + 1) % chunk == 0 || i + 1 == args.prompts {
+            cpu_marks.push(pid.and_then(cpu_ns));
+        }
     }
     let wall = measured.elapsed();
     acp.drain_until_turn_ended(&last_turn).await?;
@@ -493,12 +547,25 @@ async fn stdio_bench(args: &Args) -> anyhow::Result<StdioReport> {
         .collect();
     let events_per_turn = (tally.max_event_id - before_events) as f64 / nf;
     let frames_per_turn = (tally.frames - before_frames) as f64 / nf;
-    let tenth = (n / 10).max(1);
-    let first_tenth_mean_us = mean_us(&samples[..tenth]);
-    let last_tenth_mean_us = mean_us(&samples[n - tenth..]);
+    let tenth_means_us = samples.chunks(chunk).map(mean_us).collect();
+    // berth's CPU time per turn, by tenth (µs), when /proc reports it.
+    let tenth_cpu_us: Option<Vec<f64>> = cpu_marks
+        .windows(2)
+        .zip(samples.chunks(chunk))
+        .map(|(w, c)| Some((w[1]? - w[0]?) as f64 / 1e3 / c.len() as f64))
+        .collect();
+    let cpu_per_turn_us = match (cpu_marks.first(), cpu_marks.last()) {
+        (Some(Some(a)), Some(Some(b))) => Some((b - a) as f64 / 1e3 / nf),
+        _ => None,
+    };
     let latency = LatencySummary::from_samples(&mut samples)
         .ok_or_else(|| anyhow!("no prompt was measured"))?;
     acp.shutdown().await?;
+    // The child is gone: read the session's final transcript from its journal.
+    let transcript = tokio::task::spawn_blocking(move || transcript_size(&data_dir, &session_id))
+        .await
+        .ok()
+        .flatten();
     Ok(StdioReport {
         binary: bin,
         tool: args.tool,
@@ -507,12 +574,35 @@ async fn stdio_bench(args: &Args) -> anyhow::Result<StdioReport> {
         session_new_us: us(session_new),
         latency,
         prompts_per_sec: nf / wall.as_secs_f64(),
-        first_tenth_mean_us,
-        last_tenth_mean_us,
+        tenth_means_us,
+        tenth_cpu_us,
+        cpu_per_turn_us,
         events_per_turn,
         frames_per_turn,
         types_per_turn,
+        transcript,
     })
+}
+
+/// The session's transcript in the journal under `data_dir` (messages, JSON
+/// bytes); `None` when it cannot be read (the journal is still locked, say).
+fn transcript_size(data_dir: &Path, session_id: &str) -> Option<(usize, usize)> {
+    let journal = Journal::open(&data_dir.join("journal.redb"), JournalOptions::default()).ok()?;
+    let messages = journal.transcript(&SessionId(session_id.to_owned())).ok()?;
+    let bytes = serde_json::to_vec(&messages).ok()?.len();
+    Some((messages.len(), bytes))
+}
+
+/// CPU time (ns) the live threads of process `pid` have run, summed from
+/// `/proc/<pid>/task/*/schedstat`; `None` where /proc does not report it.
+/// Threads that already exited are not counted.
+fn cpu_ns(pid: u32) -> Option<u64> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let text = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
 }
 
 /// One timed `session/prompt` round trip; returns its latency and turn id.
@@ -556,10 +646,19 @@ impl StdioReport {
             l.p50_us, l.p90_us, l.p99_us, l.max_us, l.mean_us, self.prompts_per_sec
         );
         println!();
-        println!(
-            "drift             mean of first tenth {:.0} µs, last tenth {:.0} µs",
-            self.first_tenth_mean_us, self.last_tenth_mean_us
-        );
+        let tenths: Vec<String> = self
+            .tenth_means_us
+            .iter()
+            .map(|m| format!("{m:.0}"))
+            .collect();
+        println!("mean µs by tenth  {}", tenths.join(" "));
+        if let (Some(total), Some(tenths)) = (self.cpu_per_turn_us, &self.tenth_cpu_us) {
+            let tenths: Vec<String> = tenths.iter().map(|m| format!("{m:.0}")).collect();
+            println!(
+                "berth CPU µs/turn {total:.0} (all threads; by tenth: {})",
+                tenths.join(" ")
+            );
+        }
         let breakdown: Vec<String> = self
             .types_per_turn
             .iter()
@@ -570,6 +669,12 @@ impl StdioReport {
             self.events_per_turn, self.frames_per_turn
         );
         println!("  by type         {}", breakdown.join(", "));
+        if let Some((messages, bytes)) = self.transcript {
+            println!(
+                "transcript        {messages} messages, {} KiB of JSON at the end of the run",
+                bytes / 1024
+            );
+        }
         println!();
     }
 
@@ -585,8 +690,11 @@ impl StdioReport {
             "max_us": l.max_us,
             "mean_us": round1(l.mean_us),
             "prompts_per_sec": round1(self.prompts_per_sec),
-            "first_tenth_mean_us": round1(self.first_tenth_mean_us),
-            "last_tenth_mean_us": round1(self.last_tenth_mean_us),
+            "berth_cpu_us_per_turn": self.cpu_per_turn_us.map(round1),
+            "tenth_cpu_us": self.tenth_cpu_us.as_ref().map(|v| v.iter().map(|&m| m.round()).collect::<Vec<_>>()),
+            "transcript_messages": self.transcript.map(|t| t.0),
+            "transcript_bytes": self.transcript.map(|t| t.1),
+            "tenth_means_us": self.tenth_means_us.iter().map(|&m| m.round()).collect::<Vec<_>>(),
             "events_per_turn": round2(self.events_per_turn),
             "frames_per_turn": round2(self.frames_per_turn),
             "startup_us": self.startup_us,
@@ -656,7 +764,7 @@ async fn journal_bench(args: &Args) -> anyhow::Result<Vec<JournalRow>> {
         .tempdir()
         .context("cannot create a temporary directory")?;
     println!("== durable appends (group commit), in-process berth_storage::Journal ==");
-    println!("each session appends one ~100-byte event at a time and awaits its durable commit;");
+    println!("each session appends one ~120-byte event at a time and awaits its durable commit;");
     println!(
         "{:.1} s measured after {:.1} s warm-up per row, fresh journal file per row, dir {}",
         measure.as_secs_f64(),

@@ -13,7 +13,7 @@ use crate::event::{SessionEvent, ToolCallStatus};
 use crate::frame::{
     fingerprint, Accounting, Frame, Phase, ToolOutcome, ToolOutcomeStatus, FRAME_VERSION,
 };
-use crate::history::{Message, ToolCallRequest};
+use crate::history::{Message, ToolCallRequest, Transcript};
 use crate::ids::{SessionId, TurnId};
 use crate::model::{ModelDelta, ModelProvider, ModelRequest, ModelResponse, ModelStop, Usage};
 use crate::terminal::{Terminal, TerminalKind};
@@ -31,7 +31,7 @@ pub struct TurnSpec {
     /// Extra directories file tools may use (absolute).
     pub additional_directories: Vec<PathBuf>,
     /// The transcript before this turn.
-    pub history: Vec<Message>,
+    pub history: Transcript,
     /// The user's prompt.
     pub prompt: Prompt,
     /// Model calls allowed in this turn before it ends with `max_turn_requests`.
@@ -102,7 +102,7 @@ pub async fn run_turn(spec: &TurnSpec, deps: &TurnDeps, sink: &dyn TurnSink) -> 
         turn_messages: vec![Message::User {
             text: spec.prompt.to_model_text(),
         }],
-        history_fingerprint: fingerprint(&spec.history),
+        history_fingerprint: spec.history.fingerprint().to_owned(),
         config_fingerprint: fingerprint(&(
             deps.model.name(),
             deps.tools.specs(),
@@ -190,13 +190,8 @@ impl Turn<'_> {
             turn_id: self.spec.turn_id.clone(),
             iteration,
             cwd: self.spec.cwd.clone(),
-            messages: self
-                .spec
-                .history
-                .iter()
-                .chain(&self.turn_messages)
-                .cloned()
-                .collect(),
+            history: Arc::clone(self.spec.history.messages()),
+            turn_messages: self.turn_messages.clone(),
             tools: self.deps.tools.specs(),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();

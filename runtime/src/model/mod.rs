@@ -62,17 +62,23 @@ pub struct ModelRequest {
     pub iteration: u32,
     /// The session's working directory (absolute).
     pub cwd: PathBuf,
-    /// The transcript: prior turns, then this turn's messages.
-    pub messages: Vec<Message>,
+    /// The transcript before this turn (shared, not copied per call).
+    pub history: Arc<Vec<Message>>,
+    /// This turn's messages so far (the user prompt first).
+    pub turn_messages: Vec<Message>,
     /// Tools the model may call.
     pub tools: Vec<ToolSpec>,
 }
 
 impl ModelRequest {
+    /// The whole conversation the model reads: history, then this turn.
+    pub fn messages(&self) -> impl DoubleEndedIterator<Item = &Message> {
+        self.history.iter().chain(&self.turn_messages)
+    }
+
     /// Text of the latest user message, or `""` when there is none.
     pub fn latest_user_text(&self) -> &str {
-        self.messages
-            .iter()
+        self.messages()
             .rev()
             .find_map(|m| match m {
                 Message::User { text } => Some(text.as_str()),

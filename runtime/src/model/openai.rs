@@ -341,7 +341,7 @@ impl ModelProvider for OpenAiModel {
             model = %self.name,
             "model call"
         );
-        let body = WireRequest::new(&self.model, &request.messages, &request.tools);
+        let body = WireRequest::new(&self.model, request.messages(), &request.tools);
         let response = self.send(&body).await?;
         let mut stream = response.bytes_stream();
         let mut lines = LineBuffer::default();
@@ -512,10 +512,14 @@ struct WireFunction<'a> {
 }
 
 impl<'a> WireRequest<'a> {
-    fn new(model: &'a str, messages: &'a [Message], tools: &'a [ToolSpec]) -> Self {
+    fn new(
+        model: &'a str,
+        messages: impl Iterator<Item = &'a Message>,
+        tools: &'a [ToolSpec],
+    ) -> Self {
         Self {
             model,
-            messages: messages.iter().map(WireMessage::from).collect(),
+            messages: messages.map(WireMessage::from).collect(),
             tools: tools
                 .iter()
                 .map(|t| WireTool {
@@ -923,7 +927,8 @@ mod tests {
             turn_id: "turn_1".into(),
             iteration: 2,
             cwd: "/tmp".into(),
-            messages: vec![],
+            history: Default::default(),
+            turn_messages: vec![],
             tools: vec![],
         }
     }
@@ -1216,7 +1221,7 @@ mod tests {
                 tool_calls: vec![],
             },
         ];
-        let body = serde_json::to_value(WireRequest::new("m", &messages, &[])).unwrap();
+        let body = serde_json::to_value(WireRequest::new("m", messages.iter(), &[])).unwrap();
         assert_eq!(
             body,
             json!({

@@ -320,8 +320,7 @@ impl ModelProvider for ScriptedModel {
         }
         let usage = usage.unwrap_or_else(|| {
             let input_chars: usize = request
-                .messages
-                .iter()
+                .messages()
                 .map(|m| match m {
                     Message::User { text } | Message::Assistant { text, .. } => text.len(),
                     Message::Tool { content, .. } => content.len(),
@@ -352,7 +351,8 @@ mod tests {
             turn_id: TurnId::from("turn_1"),
             iteration,
             cwd: "/tmp/work".into(),
-            messages: vec![Message::User { text: input.into() }],
+            history: Default::default(),
+            turn_messages: vec![Message::User { text: input.into() }],
             tools: vec![],
         }
     }

@@ -180,8 +180,7 @@ pub(crate) async fn finish(
     let env = Arc::clone(&state.env);
     let session_id = state.record.session_id.clone();
     let now = env.config.clock.now();
-    let mut transcript = state.transcript.clone();
-    transcript.extend(outcome.turn_messages);
+    let start = state.transcript.len() as u64;
     let terminal = outcome.terminal;
     let stop_reason = terminal.stop_reason();
     let ended = EventRecord {
@@ -198,13 +197,13 @@ pub(crate) async fn finish(
     let batch = Batch::new()
         .put_session(&record)
         .append(&session_id, &ended)
-        .put_transcript(&session_id, &transcript)
+        .append_transcript(&session_id, start, &outcome.turn_messages)
         .delete_frame(&session_id)
         .close_turn(&session_id);
     match env.journal.commit(batch).await {
         Ok(ids) => {
             state.record = record;
-            state.transcript = transcript;
+            state.transcript.extend(outcome.turn_messages);
             let ended = Arc::new(ended);
             state
                 .watchers
