@@ -1201,7 +1201,7 @@ mod tests {
 
     #[test]
     fn request_body_shape() {
-        let messages = vec![
+        let messages = [
             Message::User { text: "hi".into() },
             Message::Assistant {
                 text: String::new(),
