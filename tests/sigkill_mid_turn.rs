@@ -190,12 +190,29 @@ fn acknowledged_events_survive_sigkill_and_the_turn_is_sealed() {
 const SLEEPER: &str = r#"
 [[rules]]
 match = "sleep"
-steps = [ { tool_call = { name = "shell", arguments = { command = "sleep 300 & echo $! > sleeper.pid; sleep 300" } } } ]
+steps = [
+  # Returns at once: its shell exits, the background sleep lives on leaderless.
+  { tool_call = { name = "shell", arguments = { command = "sleep 300 >/dev/null 2>&1 & echo $! > detached.pid" } } },
+  # Still running when berth is killed.
+  { tool_call = { name = "shell", arguments = { command = "sleep 300 & echo $! > inflight.pid; sleep 300" } } },
+]
 "#;
 
 fn alive(pid: i32) -> bool {
     // A zombie waiting for init to reap it is dead for our purposes.
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+fn read_pid(path: &std::path::Path) -> i32 {
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            return pid;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[test]
@@ -219,33 +236,35 @@ fn processes_a_killed_berth_left_behind_are_killed_at_restart() {
         "session/prompt",
         json!({"sessionId": sid, "prompt": [{"type": "text", "text": "sleep"}]}),
     );
-    while server.next()["params"]["update"]["status"] != "in_progress" {}
-    let pid_file = cwd.join("sleeper.pid");
-    let pid = loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-        {
-            break pid;
+    // Wait for the second call to be in flight.
+    let mut in_progress = 0;
+    while in_progress < 2 {
+        if server.next()["params"]["update"]["status"] == "in_progress" {
+            in_progress += 1;
         }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    }
+    let pids = [
+        read_pid(&cwd.join("detached.pid")),
+        read_pid(&cwd.join("inflight.pid")),
+    ];
     server.child.kill().unwrap();
     server.child.wait().unwrap();
     drop(server);
-    assert!(
-        alive(pid),
-        "the background child outlives a SIGKILLed berth"
-    );
+    for pid in pids {
+        assert!(
+            alive(pid),
+            "background child {pid} outlives a SIGKILLed berth"
+        );
+    }
 
     let mut server = Server::start(&data, &script);
     server.send(1, "session/list", json!({}));
     server.until(1); // start-up (and the reaping) is done before the first answer
     for _ in 0..200 {
-        if !alive(pid) {
+        if !pids.iter().any(|&pid| alive(pid)) {
             return;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    panic!("process {pid} started by the session survived berth's restart");
+    panic!("processes {pids:?} started by the session survived berth's restart");
 }

@@ -3,12 +3,17 @@
 //!
 //! Confinement is checked on the real path: `..` is resolved lexically, then the
 //! deepest existing ancestor is canonicalized (following symlinks) and must lie
-//! under a canonicalized root. A symlink that points out of the roots is refused.
+//! under a canonicalized root. A symlink that points out of the roots, or that
+//! does not resolve, is refused. Files are opened with `O_NOFOLLOW` (a symlink
+//! swapped in after the check is not followed) and `O_NONBLOCK` (a FIFO cannot
+//! hang the call), and only regular files are read or replaced.
 
 use std::path::{Component, Path, PathBuf};
 
 use async_trait::async_trait;
+use nix::fcntl::OFlag;
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{opt_u64_arg, str_arg, Tool, ToolContext, ToolError, ToolOutput};
 use crate::event::ToolKind;
@@ -37,6 +42,19 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// Opens `path` without following a final symlink and without blocking on a
+/// FIFO; for writing, creates or truncates it.
+async fn open_no_follow(path: &Path, write: bool) -> std::io::Result<tokio::fs::File> {
+    let flags = (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits();
+    let mut options = tokio::fs::OpenOptions::new();
+    if write {
+        options.write(true).create(true).truncate(true);
+    } else {
+        options.read(true);
+    }
+    options.custom_flags(flags).open(path).await
+}
+
 /// Resolves `raw` to a path inside the session's roots.
 ///
 /// # Errors
@@ -54,6 +72,11 @@ pub fn confine(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolError> {
     let real_base = loop {
         match std::fs::canonicalize(existing) {
             Ok(p) => break p,
+            // It exists but does not resolve: a dangling symlink, which a
+            // write would follow to wherever it points.
+            Err(_) if std::fs::symlink_metadata(existing).is_ok() => {
+                return Err(ToolError::DanglingSymlink { path: raw.into() })
+            }
             Err(_) => match (existing.parent(), existing.file_name()) {
                 (Some(parent), Some(name)) => {
                     rest.push(name.to_owned());
@@ -126,10 +149,17 @@ impl Tool for ReadFile {
         let line = opt_u64_arg(&arguments, "line")?;
         let limit = opt_u64_arg(&arguments, "limit")?;
         let path = confine(ctx, raw)?;
-        let size = tokio::fs::metadata(&path)
+        let mut file = open_no_follow(&path, false)
             .await
-            .map_err(|e| io_err("read", &path, e))?
-            .len();
+            .map_err(|e| io_err("read", &path, e))?;
+        let meta = file
+            .metadata()
+            .await
+            .map_err(|e| io_err("read", &path, e))?;
+        if !meta.is_file() {
+            return Err(ToolError::NotAFile { path: raw.into() });
+        }
+        let size = meta.len();
         if size > self.max_bytes {
             return Err(ToolError::TooLarge {
                 path: raw.into(),
@@ -137,7 +167,10 @@ impl Tool for ReadFile {
                 limit: self.max_bytes,
             });
         }
-        let bytes = tokio::fs::read(&path)
+        let mut bytes = Vec::with_capacity(size as usize);
+        (&mut file)
+            .take(self.max_bytes)
+            .read_to_end(&mut bytes)
             .await
             .map_err(|e| io_err("read", &path, e))?;
         let text = String::from_utf8_lossy(&bytes);
@@ -198,9 +231,19 @@ impl Tool for WriteFile {
                 .await
                 .map_err(|e| io_err("write", parent, e))?;
         }
-        tokio::fs::write(&path, content)
+        if tokio::fs::symlink_metadata(&path)
+            .await
+            .is_ok_and(|m| !m.is_file())
+        {
+            return Err(ToolError::NotAFile { path: raw.into() });
+        }
+        let mut file = open_no_follow(&path, true)
             .await
             .map_err(|e| io_err("write", &path, e))?;
+        file.write_all(content.as_bytes())
+            .await
+            .map_err(|e| io_err("write", &path, e))?;
+        file.flush().await.map_err(|e| io_err("write", &path, e))?;
         Ok(ToolOutput {
             content: format!("wrote {} bytes to {}", content.len(), path.display()),
             raw: json!({"path": path, "bytes": content.len()}),
@@ -279,6 +322,43 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, ToolError::OutsideRoots { .. }));
         assert!(!other.path().join("evil.txt").exists());
+    }
+
+    #[tokio::test]
+    async fn dangling_symlinks_and_special_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let c = ctx(dir.path(), &[]);
+        let target = other.path().join("target.txt");
+        std::os::unix::fs::symlink(&target, dir.path().join("dangling")).unwrap();
+        let err = WriteFile
+            .call(
+                &c,
+                json!({"path": dir.path().join("dangling"), "content": "x"}),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::DanglingSymlink { .. }), "{err:?}");
+        assert!(!target.exists(), "nothing was written through the link");
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            ReadFile::default().call(&c, json!({"path": fifo})),
+        )
+        .await
+        .expect("reading a FIFO must not hang");
+        assert!(matches!(read, Err(ToolError::NotAFile { .. })), "{read:?}");
+        let err = WriteFile
+            .call(&c, json!({"path": fifo, "content": "x"}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::NotAFile { .. }), "{err:?}");
+        let err = ReadFile::default()
+            .call(&c, json!({"path": dir.path()}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::NotAFile { .. }), "{err:?}");
     }
 
     #[tokio::test]

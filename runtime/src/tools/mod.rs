@@ -70,6 +70,18 @@ pub enum ToolError {
         /// The path given.
         path: String,
     },
+    /// A symlink whose target does not exist (it could point anywhere).
+    #[error("path `{path}` is a symlink that does not resolve")]
+    DanglingSymlink {
+        /// The path given.
+        path: String,
+    },
+    /// Not a regular file (a directory, FIFO, device, socket…).
+    #[error("path `{path}` is not a regular file")]
+    NotAFile {
+        /// The path given.
+        path: String,
+    },
     /// A file larger than the read bound.
     #[error("file `{path}` is {size} bytes, over the {limit}-byte read limit")]
     TooLarge {

@@ -108,6 +108,21 @@ fn start_time(pid: i32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Whether the live group `pgid` is the one recorded with leader start time
+/// `started`. Its leader may have exited (`sh` returns while `sleep &` lives
+/// on): Linux does not hand a pid out again while a process group still uses
+/// it as its id, so a group with members and no leader is still ours. A live
+/// leader with another start time means the pid was reused: not ours.
+fn is_recorded_group(pgid: i32, started: &str) -> bool {
+    let Ok(started) = started.parse::<u64>() else {
+        return false;
+    };
+    match start_time(pgid) {
+        Some(now) => now == started,
+        None => killpg(Pid::from_raw(pgid), None).is_ok(),
+    }
+}
+
 impl ProcessLedger {
     /// Opens (creating) the ledger directory.
     ///
@@ -153,10 +168,7 @@ impl ProcessLedger {
             let record = std::fs::read_to_string(&path).unwrap_or_default();
             let (started, owner) = record.split_once(' ').unwrap_or(("", ""));
             if let Some(pgid) = pgid.filter(|&p| p > 1) {
-                if started
-                    .parse::<u64>()
-                    .ok()
-                    .is_some_and(|s| start_time(pgid) == Some(s))
+                if is_recorded_group(pgid, started)
                     && killpg(Pid::from_raw(pgid), Signal::SIGKILL).is_ok()
                 {
                     killed.push(owner.to_owned());
@@ -186,14 +198,37 @@ mod tests {
         let pgid = child.id() as i32;
         let groups = ProcessGroups::with_ledger(Arc::clone(&ledger), "sess_1");
         groups.register(pgid);
+        // A group whose leader exited but whose background child lives on.
+        let out = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 >/dev/null 2>&1 & echo $!"])
+            .process_group(0)
+            .output()
+            .unwrap();
+        let orphan: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        let orphan_group = nix::unistd::getpgid(Some(Pid::from_raw(orphan)))
+            .unwrap()
+            .as_raw();
+        assert_ne!(orphan_group, orphan, "the child is not its group's leader");
+        std::fs::write(dir.path().join(orphan_group.to_string()), "12345 sess_2").unwrap();
         // A stale record: right pid of some process, wrong start time.
         std::fs::write(dir.path().join("1"), "0 sess_stale").unwrap();
         std::mem::forget(groups); // as if berth died: no Drop, no cleanup
-        assert_eq!(ledger.reap(), vec!["sess_1".to_owned()]);
+        let mut killed = ledger.reap();
+        killed.sort();
+        assert_eq!(killed, vec!["sess_1".to_owned(), "sess_2".to_owned()]);
         assert!(
             child.wait().is_ok_and(|s| !s.success()),
             "the group was killed"
         );
+        let gone = (0..200).any(|_| {
+            let stat = std::fs::read_to_string(format!("/proc/{orphan}/stat"));
+            if stat.as_ref().map_or(true, |s| s.contains(") Z ")) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        });
+        assert!(gone, "the leaderless group's child was killed");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

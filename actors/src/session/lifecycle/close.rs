@@ -35,8 +35,9 @@ pub(crate) async fn close(
 }
 
 /// Records the close durably (`session_closed` event, `closed_at`), answers every
-/// waiting close, and stops the actor: the session is dropped from memory and
-/// stays readable by `session/load`.
+/// waiting close, and drains the actor: once the controls queued behind the
+/// close are answered the session is dropped from memory. It stays readable by
+/// `session/load` (which rehydrates it, read-only).
 ///
 /// # Errors
 /// A journal failure is answered to the waiting closes and fails the actor.
@@ -74,7 +75,10 @@ pub(crate) async fn finalize(
             for reply in replies {
                 let _ = reply.send(Ok(()));
             }
-            myself.stop(Some("session closed".into()));
+            // Drain, not stop: controls already queued behind the close are
+            // still answered (as for a closed session); later ones reach a
+            // fresh actor rehydrated from the journal.
+            let _ = myself.drain();
             Ok(())
         }
         Err(e) => {
