@@ -362,3 +362,21 @@ async fn closed_sessions_stay_readable_and_refuse_prompts() {
     let list = c.call("session/list", json!({})).await;
     assert!(list["result"]["sessions"][0]["_meta"]["berth"]["closedAt"].is_string());
 }
+
+#[tokio::test]
+async fn controls_racing_a_close_get_closed_session_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    for _ in 0..10 {
+        let sid = c.new_session(dir.path()).await;
+        let close = c.request("session/close", json!({"sessionId": sid})).await;
+        let prompt = c.request("session/prompt", json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]})).await;
+        let load = c.request("session/load", json!({"sessionId": sid})).await;
+        let cancel = c.request("session/cancel", json!({"sessionId": sid})).await;
+        assert_eq!(c.response(close).await.0["result"], json!({}));
+        assert_eq!(error_of(&c.response(prompt).await.0).0, -32005);
+        assert!(c.response(load).await.0["result"].is_object());
+        assert_eq!(c.response(cancel).await.0["result"]["status"], "already_cancelled");
+    }
+}
