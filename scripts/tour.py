@@ -46,7 +46,7 @@ def main():
     server = Server(args.bin, data)
     server.call("initialize", {"protocolVersion": 1}, show=False)
     load = server.call("session/load", {"sessionId": sid}, show=False)
-    print(f"replayed {len(load['result']['replayed'])} events; the last one:")
+    print(f"replayed {len(load['result']['_meta']['berth']['replayed'])} events; the last one:")
     print("  ", json.dumps(server.notes[-1]["params"])[:400])
     server.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]}, show=True)
     server.kill()

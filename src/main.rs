@@ -39,11 +39,15 @@ fn main() -> ExitCode {
     let result = tokio::runtime::Runtime::new()
         .context("cannot start the async runtime")
         .and_then(|rt| {
-            rt.block_on(async {
+            let result = rt.block_on(async {
                 match cli.command {
                     Command::Serve(args) => serve(args).await,
                 }
-            })
+            });
+            // A stdin read may still be parked on a blocking thread after a
+            // signal; do not wait for it.
+            rt.shutdown_timeout(std::time::Duration::from_millis(100));
+            result
         });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -74,7 +78,28 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         model = node.config().model.name(),
         "berth serving ACP on stdio"
     );
-    let served = berth_acp::transport::stdio::serve_stdio(node.clone(), settings.acp).await;
+    let served = tokio::select! {
+        served = berth_acp::transport::stdio::serve_stdio(node.clone(), settings.acp) => {
+            served.context("stdio transport failed")
+        }
+        signal = shutdown_signal() => {
+            tracing::info!(signal = %signal?, "shutting down: running turns are sealed at the next start");
+            Ok(())
+        }
+    };
+    // Stops every session actor: their processes are killed; a turn still
+    // running stays open in the journal and is sealed at the next start.
     node.shutdown().await;
-    served.context("stdio transport failed")
+    served
+}
+
+/// Resolves with the name of the first SIGTERM or SIGINT.
+async fn shutdown_signal() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
 }

@@ -419,7 +419,8 @@ test("berth serve end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 12
     assert.match(sessionId, /\S/);
     assert.ok(created.modes?.currentModeId, `modes: ${JSON.stringify(created)}`);
     assert.ok(Array.isArray(created.configOptions), "configOptions");
-    assert.equal(created.session?.sessionId, sessionId, "session/new answers the session entry too");
+    assert.equal(created.session, undefined, "no custom root field");
+    assert.equal(created._meta?.berth?.session?.sessionId, sessionId, "session/new answers the session entry in _meta.berth");
     step(`session ${sessionId}`);
 
     // ---- "shell and write": tool calls with kinds and statuses, file on disk
@@ -621,15 +622,17 @@ test("berth serve end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 12
         assert.equal(m.params.sessionId, sessionId);
         assert.equal(m.params._meta?.berth?.replayed, true, `replayed flag on ${JSON.stringify(m)}`);
       }
-      // The SDK passes the load result through unvalidated, so berth's extra
-      // root key `replayed` survives.
+      // The load answer lists the replayed events in `_meta.berth.replayed`
+      // (ACP forbids custom root fields).
+      assert.equal(loaded.replayed, undefined, "no custom root field");
+      const listedReplay = loaded._meta?.berth?.replayed;
       assert.deepEqual(
-        loaded.replayed?.map((r) => r.eventId),
+        listedReplay?.map((r) => r.eventId),
         ids,
         "the load answer lists the replayed events",
       );
       assert.deepEqual(
-        loaded.replayed.map((r) => r.type),
+        listedReplay.map((r) => r.type),
         replayed.map((m) => (m.method === AGENT_EVENT ? m.params.type : m.params.update.sessionUpdate === "user_message_chunk" ? "turn_started" : m.params.update.sessionUpdate)),
       );
 

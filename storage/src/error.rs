@@ -5,7 +5,7 @@
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StorageError {
     /// The database file could not be opened or created.
-    #[error("cannot open journal {path}: {message} (is another berth using this data dir?)")]
+    #[error("cannot open journal {path}: {message}")]
     Open {
         /// The file.
         path: String,

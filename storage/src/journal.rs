@@ -80,7 +80,13 @@ impl Journal {
             path: path.display().to_string(),
             message,
         };
-        let db = Database::create(path).map_err(|e| open_err(e.to_string()))?;
+        let db = Database::create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => open_err(
+                "another process holds it; stop the other berth using this data dir, or pass another --data-dir"
+                    .into(),
+            ),
+            other => open_err(other.to_string()),
+        })?;
         // Create every table so reads never meet a missing one.
         let txn = db.begin_write().map_err(|e| open_err(e.to_string()))?;
         for table in [SESSIONS, FRAMES, OPEN_TURNS] {

@@ -181,6 +181,25 @@ async fn malformed_frames_get_typed_errors_and_change_nothing() {
         .call("session/load", json!({"sessionId": "sess_nope"}))
         .await;
     assert_eq!(error_of(&r).0, -32004);
+    // Wrong types name the field by its path.
+    let r = c
+        .call("session/new", json!({"cwd": 5, "mcpServers": []}))
+        .await;
+    assert_eq!(
+        (error_of(&r).0, error_of(&r).1["field"].as_str()),
+        (-32602, Some("cwd"))
+    );
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": "s", "prompt": [{"type": "text", "text": 5}]}),
+        )
+        .await;
+    assert_eq!(error_of(&r).1["field"], "prompt[0]");
+    let r = c
+        .call("session/list", json!({"cursor": "not-a-cursor"}))
+        .await;
+    assert_eq!(error_of(&r).1["field"], "cursor");
     // None of that created anything; the connection still works.
     let r = c.call("session/list", json!({})).await;
     assert_eq!(r["result"]["sessions"], json!([]));
@@ -291,7 +310,7 @@ async fn a_second_client_loading_mid_turn_sees_every_event_exactly_once() {
     assert!(replayed
         .iter()
         .all(|n| n["params"]["_meta"]["berth"]["replayed"] == true));
-    let listed: Vec<u64> = resp["result"]["replayed"]
+    let listed: Vec<u64> = resp["result"]["_meta"]["berth"]["replayed"]
         .as_array()
         .unwrap()
         .iter()
@@ -325,6 +344,18 @@ async fn closed_sessions_stay_readable_and_refuse_prompts() {
     let node = node(dir.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
+    let image = json!({"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"});
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}, image]}),
+        )
+        .await;
+    let reason = "image content is not supported (promptCapabilities.image is false)";
+    assert_eq!(
+        error_of(&r),
+        (-32602, json!({"field": "prompt[1]", "reason": reason}))
+    );
     let r = c
         .call(
             "session/prompt",
@@ -344,7 +375,7 @@ async fn closed_sessions_stay_readable_and_refuse_prompts() {
         .await;
     assert_eq!(error_of(&r).0, -32005);
     let load = c.call("session/load", json!({"sessionId": sid})).await;
-    let kinds: Vec<&str> = load["result"]["replayed"]
+    let kinds: Vec<&str> = load["result"]["_meta"]["berth"]["replayed"]
         .as_array()
         .unwrap()
         .iter()
@@ -371,12 +402,20 @@ async fn controls_racing_a_close_get_closed_session_answers() {
     for _ in 0..10 {
         let sid = c.new_session(dir.path()).await;
         let close = c.request("session/close", json!({"sessionId": sid})).await;
-        let prompt = c.request("session/prompt", json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]})).await;
+        let prompt = c
+            .request(
+                "session/prompt",
+                json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]}),
+            )
+            .await;
         let load = c.request("session/load", json!({"sessionId": sid})).await;
         let cancel = c.request("session/cancel", json!({"sessionId": sid})).await;
         assert_eq!(c.response(close).await.0["result"], json!({}));
         assert_eq!(error_of(&c.response(prompt).await.0).0, -32005);
         assert!(c.response(load).await.0["result"].is_object());
-        assert_eq!(c.response(cancel).await.0["result"]["status"], "already_cancelled");
+        assert_eq!(
+            c.response(cancel).await.0["result"]["status"],
+            "already_cancelled"
+        );
     }
 }

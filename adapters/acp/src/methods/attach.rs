@@ -21,7 +21,9 @@ fn meta(last_event_id: u64) -> Meta {
 
 /// Attaches this connection and re-sends every persisted event as a
 /// `session/update` (or `_berth/agentEvent`) marked `_meta.berth.replayed: true`
-/// before answering; the answer lists them as `replayed: [{eventId, type}]`.
+/// before answering; the answer lists them as `_meta.berth.replayed:
+/// [{eventId, type}]` (the seed's `replayed` list; ACP forbids custom root
+/// fields, so it rides in `_meta`).
 /// Events after the replay arrive live, exactly once. A live session stays
 /// promptable.
 pub(crate) async fn load(conn: &Connection, params: Value) -> Result<Value, RpcError> {
@@ -29,18 +31,19 @@ pub(crate) async fn load(conn: &Connection, params: Value) -> Result<Value, RpcE
     let outcome = conn.node.attach(&id, conn.watcher(), true).await?;
     conn.mark_attached(&id);
     let last = outcome.replayed.last().map_or(0, |(id, _)| *id);
-    let mut result = to_value(
-        LoadSessionResponse::new()
-            .modes(modes())
-            .config_options(config_options(&conn.node))
-            .meta(meta(last)),
-    )?;
-    result["replayed"] = outcome
+    let replayed: Vec<Value> = outcome
         .replayed
         .iter()
         .map(|(event_id, kind)| json!({"eventId": event_id, "type": kind}))
         .collect();
-    Ok(result)
+    let mut meta = meta(last);
+    meta["berth"]["replayed"] = Value::Array(replayed);
+    to_value(
+        LoadSessionResponse::new()
+            .modes(modes())
+            .config_options(config_options(&conn.node))
+            .meta(meta),
+    )
 }
 
 /// Attaches this connection without replaying anything; later events arrive live.

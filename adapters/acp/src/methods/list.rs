@@ -61,6 +61,15 @@ pub(crate) async fn list(conn: &Connection, params: Value) -> Result<Value, RpcE
         return Err(RpcError::invalid_params("cwd", "must be an absolute path"));
     }
     let cursor = params.cursor.map(SessionId);
+    if let Some(cursor) = &cursor {
+        conn.node.ensure_exists(cursor).await.map_err(|e| match e {
+            berth_actors::ControlError::UnknownSession { .. } => RpcError::invalid_params(
+                "cursor",
+                "is not a cursor this server gave out; pass a previous nextCursor",
+            ),
+            other => other.into(),
+        })?;
+    }
     let (page, next) = conn
         .node
         .list(params.cwd.as_deref(), cursor.as_ref(), PAGE)

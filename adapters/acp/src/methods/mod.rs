@@ -55,9 +55,18 @@ pub async fn handle_notification(conn: &Connection, method: &str, params: Value)
     }
 }
 
-/// Decodes `params` as `T`, mapping serde errors to -32602 naming the field.
+/// Decodes `params` as `T`, mapping errors to -32602 whose `data.field` is the
+/// path of the offending field as sent (`cwd`, `prompt[0].text`, …).
 pub(crate) fn parse<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
-    serde_json::from_value(params).map_err(|e| RpcError::from_serde(&e))
+    serde_path_to_error::deserialize(params).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            RpcError::from_serde(&inner)
+        } else {
+            RpcError::invalid_params(&path, inner)
+        }
+    })
 }
 
 /// Reads the required `sessionId` string.

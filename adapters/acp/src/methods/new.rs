@@ -1,7 +1,7 @@
 //! `session/new` (ACP "Creating a Session"; `remote-session-control.md`, "Start").
 
 use agent_client_protocol_schema::v1::{
-    NewSessionRequest, NewSessionResponse, SessionConfigOption, SessionConfigOptionCategory,
+    Meta, NewSessionRequest, NewSessionResponse, SessionConfigOption, SessionConfigOptionCategory,
     SessionConfigSelectOption, SessionMode, SessionModeState,
 };
 use berth_actors::node::{NewSession, DEFAULT_MODE_ID};
@@ -34,7 +34,8 @@ pub(crate) fn config_options(node: &Node) -> Vec<SessionConfigOption> {
 }
 
 /// Creates a session (durable before the answer) and attaches this connection
-/// to it. `cwd` must be absolute and an existing directory; `mcpServers` is
+/// to it. The answer is ACP's `{sessionId, modes, configOptions}` plus the
+/// session's list entry in `_meta.berth.session`. `cwd` must be absolute and an existing directory; `mcpServers` is
 /// stored with the session (an absent list counts as empty).
 pub(crate) async fn new_session(conn: &Connection, mut params: Value) -> Result<Value, RpcError> {
     if let Value::Object(obj) = &mut params {
@@ -62,11 +63,14 @@ pub(crate) async fn new_session(conn: &Connection, mut params: Value) -> Result<
         active_prompt: false,
         last_event_id: 0,
     });
-    let mut result = to_value(
+    // The seed's `session` object (the `session/list` entry) rides in
+    // `_meta.berth`: ACP forbids custom root fields on its types.
+    let mut meta = Meta::new();
+    meta.insert("berth".into(), json!({ "session": to_value(entry)? }));
+    to_value(
         NewSessionResponse::new(record.session_id.to_string())
             .modes(modes())
-            .config_options(config_options(&conn.node)),
-    )?;
-    result["session"] = to_value(entry)?;
-    Ok(result)
+            .config_options(config_options(&conn.node))
+            .meta(meta),
+    )
 }

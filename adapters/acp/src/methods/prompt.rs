@@ -1,7 +1,7 @@
 //! `session/prompt` (ACP "Prompt Turn").
 
 use agent_client_protocol_schema::v1::{
-    Meta, PromptRequest, PromptResponse, StopReason as AcpStop,
+    ContentBlock, Meta, PromptRequest, PromptResponse, StopReason as AcpStop,
 };
 use berth_runtime::content::Prompt;
 use berth_runtime::ids::SessionId;
@@ -33,6 +33,19 @@ pub(crate) async fn prompt(conn: &Connection, params: Value) -> Result<Value, Rp
         return Err(RpcError::invalid_params(
             "prompt",
             "must hold at least one content block",
+        ));
+    }
+    // `initialize` advertises `promptCapabilities.image/audio: false`: such
+    // blocks would silently never reach the model, so they are refused.
+    for (i, block) in request.prompt.iter().enumerate() {
+        let kind = match block {
+            ContentBlock::Image(_) => "image",
+            ContentBlock::Audio(_) => "audio",
+            _ => continue,
+        };
+        return Err(RpcError::invalid_params(
+            &format!("prompt[{i}]"),
+            format!("{kind} content is not supported (promptCapabilities.{kind} is false)"),
         ));
     }
     let session_id = SessionId(request.session_id.0.to_string());

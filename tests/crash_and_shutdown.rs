@@ -1,4 +1,4 @@
-//! Kill `berth serve` with SIGKILL in the middle of a turn, start it again on the
+//! Kill `berth serve` (SIGKILL, SIGTERM) in the middle of a turn, start it again on the
 //! same data dir, and check what survived: every event a client was sent (each
 //! is durable before it is sent), contiguous ids, and the interrupted turn
 //! sealed with a harness-owned terminal — never re-run — with the session still
@@ -165,7 +165,10 @@ fn acknowledged_events_survive_sigkill_and_the_turn_is_sealed() {
     assert!(terminal["reason"].as_str().unwrap().contains("restarted"));
     assert_eq!(last["params"]["event"]["stop_reason"], "cancelled");
     assert_eq!(
-        load["result"]["replayed"].as_array().unwrap().len(),
+        load["result"]["_meta"]["berth"]["replayed"]
+            .as_array()
+            .unwrap()
+            .len(),
         ids.len()
     );
     // Nothing re-ran the interrupted turn: the text after the long delay never appears.
@@ -267,4 +270,64 @@ fn processes_a_killed_berth_left_behind_are_killed_at_restart() {
         std::thread::sleep(Duration::from_millis(10));
     }
     panic!("processes {pids:?} started by the session survived berth's restart");
+}
+
+#[test]
+fn sigterm_stops_cleanly_kills_session_processes_and_the_turn_is_sealed_at_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cwd, script) = (
+        dir.path().join("data"),
+        dir.path().join("work"),
+        dir.path().join("s.toml"),
+    );
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::write(&script, SLEEPER).unwrap();
+    let mut server = Server::start(&data, &script);
+    server.send(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = server.until(1).1["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.send(
+        2,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "sleep"}]}),
+    );
+    let mut in_progress = 0;
+    while in_progress < 2 {
+        if server.next()["params"]["update"]["status"] == "in_progress" {
+            in_progress += 1;
+        }
+    }
+    let pids = [
+        read_pid(&cwd.join("detached.pid")),
+        read_pid(&cwd.join("inflight.pid")),
+    ];
+    let berth = nix::unistd::Pid::from_raw(server.child.id() as i32);
+    nix::sys::signal::kill(berth, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = server.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "berth exits cleanly on SIGTERM: {status:?}"
+    );
+    drop(server);
+    for _ in 0..200 {
+        if !pids.iter().any(|&pid| alive(pid)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !pids.iter().any(|&pid| alive(pid)),
+        "session processes die with a clean shutdown"
+    );
+
+    let mut server = Server::start(&data, &script);
+    server.send(1, "session/load", json!({"sessionId": sid}));
+    let (replayed, _) = server.until(1);
+    let last = replayed.last().unwrap();
+    assert_eq!(
+        last["params"]["event"]["terminal"]["kind"],
+        "process_restarted"
+    );
 }
