@@ -139,6 +139,9 @@ mod tests {
         // The restarted session works.
         let outcome = node.prompt(&sid, Prompt::text("hi")).await.unwrap();
         assert_eq!(outcome.terminal.kind, TerminalKind::Completed);
+        // The sealed turn kept its prompt; the new one added prompt and answer.
+        let transcript = node.journal().transcript(&sid).unwrap();
+        assert_eq!(transcript.len(), 3, "{transcript:?}");
         assert_eq!(
             node.registry.get_live(&sid).await.unwrap().get_id(),
             second.get_id()

@@ -122,6 +122,8 @@ pub(crate) async fn start(
             Ok(outcome) => outcome,
             Err(panic) => panicked_turn(&spec, panic.as_ref()),
         };
+        // Release the turn's share of the transcript before the actor extends it.
+        drop((spec, deps, sink));
         // If the actor is gone, its successor seals the turn from the journal.
         let _ = actor.send_message(SessionMsg::TurnFinished {
             turn_id: finished_id,
