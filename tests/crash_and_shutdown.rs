@@ -218,8 +218,18 @@ fn read_pid(path: &std::path::Path) -> i32 {
     }
 }
 
-#[test]
-fn processes_a_killed_berth_left_behind_are_killed_at_restart() {
+/// A server running the SLEEPER turn, killed or not yet: its two session
+/// processes are up (one leaderless, one in a running tool call).
+struct SleeperRun {
+    _dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    script: std::path::PathBuf,
+    server: Server,
+    sid: String,
+    pids: [i32; 2],
+}
+
+fn start_sleeper_turn() -> SleeperRun {
     let dir = tempfile::tempdir().unwrap();
     let (data, cwd, script) = (
         dir.path().join("data"),
@@ -250,80 +260,65 @@ fn processes_a_killed_berth_left_behind_are_killed_at_restart() {
         read_pid(&cwd.join("detached.pid")),
         read_pid(&cwd.join("inflight.pid")),
     ];
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
-    drop(server);
-    for pid in pids {
+    SleeperRun {
+        _dir: dir,
+        data,
+        script,
+        server,
+        sid,
+        pids,
+    }
+}
+
+/// Waits up to 2 s for every pid to be gone.
+fn all_gone(pids: &[i32]) -> bool {
+    (0..200).any(|_| {
+        let gone = !pids.iter().any(|&pid| alive(pid));
+        if !gone {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        gone
+    })
+}
+
+#[test]
+fn processes_a_killed_berth_left_behind_are_killed_at_restart() {
+    let mut run = start_sleeper_turn();
+    run.server.child.kill().unwrap();
+    run.server.child.wait().unwrap();
+    for pid in run.pids {
         assert!(
             alive(pid),
             "background child {pid} outlives a SIGKILLed berth"
         );
     }
-
-    let mut server = Server::start(&data, &script);
+    let mut server = Server::start(&run.data, &run.script);
     server.send(1, "session/list", json!({}));
     server.until(1); // start-up (and the reaping) is done before the first answer
-    for _ in 0..200 {
-        if !pids.iter().any(|&pid| alive(pid)) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("processes {pids:?} started by the session survived berth's restart");
+    assert!(
+        all_gone(&run.pids),
+        "processes {:?} started by the session survived berth's restart",
+        run.pids
+    );
 }
 
 #[test]
 fn sigterm_stops_cleanly_kills_session_processes_and_the_turn_is_sealed_at_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, cwd, script) = (
-        dir.path().join("data"),
-        dir.path().join("work"),
-        dir.path().join("s.toml"),
-    );
-    std::fs::create_dir_all(&cwd).unwrap();
-    std::fs::write(&script, SLEEPER).unwrap();
-    let mut server = Server::start(&data, &script);
-    server.send(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
-    let sid = server.until(1).1["result"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    server.send(
-        2,
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "sleep"}]}),
-    );
-    let mut in_progress = 0;
-    while in_progress < 2 {
-        if server.next()["params"]["update"]["status"] == "in_progress" {
-            in_progress += 1;
-        }
-    }
-    let pids = [
-        read_pid(&cwd.join("detached.pid")),
-        read_pid(&cwd.join("inflight.pid")),
-    ];
-    let berth = nix::unistd::Pid::from_raw(server.child.id() as i32);
+    let mut run = start_sleeper_turn();
+    let berth = nix::unistd::Pid::from_raw(run.server.child.id() as i32);
     nix::sys::signal::kill(berth, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let status = server.child.wait().unwrap();
+    let status = run.server.child.wait().unwrap();
     assert!(
         status.success(),
         "berth exits cleanly on SIGTERM: {status:?}"
     );
-    drop(server);
-    for _ in 0..200 {
-        if !pids.iter().any(|&pid| alive(pid)) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
     assert!(
-        !pids.iter().any(|&pid| alive(pid)),
+        all_gone(&run.pids),
         "session processes die with a clean shutdown"
     );
 
-    let mut server = Server::start(&data, &script);
-    server.send(1, "session/load", json!({"sessionId": sid}));
+    let mut server = Server::start(&run.data, &run.script);
+    server.send(1, "session/load", json!({"sessionId": run.sid}));
     let (replayed, _) = server.until(1);
     let last = replayed.last().unwrap();
     assert_eq!(
