@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::content::Prompt;
 use crate::ids::{ToolCallId, TurnId};
 use crate::model::Usage;
+use crate::steering::{Injection, Seam};
 use crate::terminal::{StopReason, Terminal};
 
 /// ACP `ToolKind`: how a client should present a tool call.
@@ -102,6 +103,41 @@ pub enum SessionEvent {
         /// Tokens the turn used, over all model calls.
         usage: Usage,
     },
+    /// `session/inject` accepted a message for the running turn. Renders as
+    /// `_berth/agentEvent` `injection_accepted`.
+    InjectionAccepted {
+        /// The message.
+        injection: Injection,
+    },
+    /// An injected message reached the turn at `seam`. Renders as
+    /// `user_message_chunk` with the message id.
+    InjectionDelivered {
+        /// The message as delivered.
+        injection: Injection,
+        /// Where the turn drained it.
+        seam: Seam,
+    },
+    /// A pending injected message was revoked (`session/revoke_inject`).
+    InjectionRevoked {
+        /// The message id.
+        message_id: String,
+    },
+    /// A pending injected message's content was replaced (`session/replace_inject`).
+    InjectionReplaced {
+        /// The message with its new content (same id, mode and place).
+        injection: Injection,
+    },
+    /// The turn ended before a pending injected message was delivered.
+    InjectionDropped {
+        /// The message id.
+        message_id: String,
+        /// Why it was not delivered.
+        reason: String,
+    },
+    /// The receipt of one arbitrated control (`remote-session-control.md`,
+    /// "Receipts"): emitted for accepted, idempotent and rejected controls.
+    /// Renders as `_berth/agentEvent` `control_outcome`.
+    ControlOutcome(ControlOutcome),
     /// The session was closed; it stays readable and refuses prompts.
     /// Renders as `_berth/agentEvent` `session_closed`.
     SessionClosed {},
@@ -117,6 +153,12 @@ impl SessionEvent {
             SessionEvent::ToolCall { .. } => "tool_call",
             SessionEvent::ToolCallUpdate { .. } => "tool_call_update",
             SessionEvent::TurnEnded { .. } => "turn_ended",
+            SessionEvent::InjectionAccepted { .. } => "injection_accepted",
+            SessionEvent::InjectionDelivered { .. } => "injection_delivered",
+            SessionEvent::InjectionRevoked { .. } => "injection_revoked",
+            SessionEvent::InjectionReplaced { .. } => "injection_replaced",
+            SessionEvent::InjectionDropped { .. } => "injection_dropped",
+            SessionEvent::ControlOutcome(_) => "control_outcome",
             SessionEvent::SessionClosed {} => "session_closed",
         }
     }
@@ -129,4 +171,41 @@ pub struct EventRecord {
     pub at: DateTime<Utc>,
     /// The fact.
     pub event: SessionEvent,
+}
+
+/// How a control was arbitrated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlStatus {
+    /// It took effect.
+    Accepted,
+    /// It repeated one that already took effect (a second cancel).
+    Idempotent,
+    /// It was refused; `reason` says why.
+    Rejected,
+}
+
+/// A `control_outcome` receipt (field names as in the seed's table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControlOutcome {
+    /// The session the control named.
+    pub session_id: String,
+    /// The control's own id (`ctl_…`).
+    pub control_id: String,
+    /// The ACP method, e.g. `session/cancel`.
+    pub method: String,
+    /// What happened: `cancelled`, `already_cancelled`, `accepted`, `revoked`, …
+    pub outcome: String,
+    /// Arbitration result.
+    pub status: ControlStatus,
+    /// Who sent it (e.g. `acp:stdio:1`).
+    pub actor: String,
+    /// What it named, e.g. `{"sessionId": …}` or `{"messageId": …}`.
+    pub target: Value,
+    /// Why it was rejected (machine-readable), when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Extra typed context.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub metadata: Value,
 }

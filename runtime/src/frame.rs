@@ -93,6 +93,13 @@ pub struct Frame {
     pub history_fingerprint: String,
     /// SHA-256 (hex) of the turn's configuration (model, tools, limits).
     pub config_fingerprint: String,
+    /// The last tool batch was skipped, not dispatched (an interrupt arrived
+    /// at `pre_tool_dispatch`).
+    #[serde(default)]
+    pub dispatch_skipped: bool,
+    /// Why it was skipped (`interrupt_immediate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_reason: Option<String>,
 }
 
 /// SHA-256 of a value's JSON serialization, as lowercase hex.

@@ -36,6 +36,15 @@ pub enum Message {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCallRequest>,
     },
+    /// A `queue`-mode injection drained at loop exit: kept in the transcript
+    /// for the audit trail, never put in front of a model
+    /// (`remote-session-control.md`, "Queue").
+    Queued {
+        /// The injection's message id.
+        message_id: String,
+        /// Its text.
+        text: String,
+    },
     /// The result of one tool call, as the model reads it.
     Tool {
         /// The call this answers.

@@ -14,6 +14,7 @@
 //! - [`model`]: the [`model::ModelProvider`] trait and the `scripted` and `openai`
 //!   providers.
 //! - [`tools`]: the [`tools::Tool`] trait and the `shell`, `read_file`, `write_file` tools.
+//! - [`steering`]: injected messages (`session/inject`) and the seams that drain them.
 //! - [`engine`]: [`engine::run_turn`], the turn loop (model call → tool batch → …).
 
 #![warn(missing_docs)]
@@ -26,5 +27,6 @@ pub mod frame;
 pub mod history;
 pub mod ids;
 pub mod model;
+pub mod steering;
 pub mod terminal;
 pub mod tools;

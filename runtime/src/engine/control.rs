@@ -1,9 +1,10 @@
 //! The control block shared by a session actor and its running turn.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::steering::SteeringQueue;
 use crate::terminal::{Terminal, TerminalKind};
 
 /// What the actor can ask of a running turn. The turn reads it only at seams.
@@ -11,6 +12,7 @@ use crate::terminal::{Terminal, TerminalKind};
 pub struct TurnControl {
     cancel: CancellationToken,
     stop: Mutex<Option<Terminal>>,
+    steering: Mutex<SteeringQueue>,
 }
 
 impl TurnControl {
@@ -34,6 +36,11 @@ impl TurnControl {
     /// Resolves when a stop is requested (cancel-safe).
     pub async fn stopped(&self) {
         self.cancel.cancelled().await
+    }
+
+    /// The turn's steering queue (injected messages not yet delivered).
+    pub fn steering(&self) -> MutexGuard<'_, SteeringQueue> {
+        self.steering.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The terminal the stop asked for (`user_cancelled` if none was recorded).

@@ -16,6 +16,7 @@ use crate::frame::{
 use crate::history::{Message, ToolCallRequest, Transcript};
 use crate::ids::{SessionId, TurnId};
 use crate::model::{ModelDelta, ModelProvider, ModelRequest, ModelResponse, ModelStop, Usage};
+use crate::steering::{InjectMode, Injection, Seam};
 use crate::terminal::{Terminal, TerminalKind};
 use crate::tools::{ProcessGroups, ToolContext, ToolError, ToolSet};
 
@@ -62,6 +63,8 @@ pub struct TurnOutcome {
     pub turn_messages: Vec<Message>,
 }
 
+/// The seed's reason for a call skipped by an interrupt.
+const INTERRUPTED: &str = "a user interrupt arrived before this tool call was dispatched";
 const NOT_SENT: &str = "not dispatched: the turn was stopped before this tool call was sent";
 const ABANDONED: &str = "abandoned: the turn was stopped while this tool call ran; \
                          its effects, if any, were not undone";
@@ -114,6 +117,9 @@ pub async fn run_turn(spec: &TurnSpec, deps: &TurnDeps, sink: &dyn TurnSink) -> 
         Err(Exit::Stopped) => deps.control.stop_terminal(),
         Err(Exit::Sink(e)) => Terminal::new(TerminalKind::InternalError, e.to_string()),
     };
+    // Seam: loop_exit, whatever ended the loop. A journal failure here is
+    // already reflected in the terminal when it was the cause.
+    let _ = turn.exit_loop().await;
     TurnOutcome {
         terminal,
         usage: turn.accounting.usage,
@@ -129,6 +135,7 @@ impl Turn<'_> {
             if self.deps.control.is_stopped() {
                 return Err(Exit::Stopped);
             }
+            self.deliver(Seam::TurnStart).await?;
             if iteration >= self.spec.max_model_calls {
                 return Ok(Terminal::new(
                     TerminalKind::MaxTurnRequests,
@@ -167,10 +174,16 @@ impl Turn<'_> {
                     return Ok(Terminal::new(TerminalKind::Refusal, "the model refused"))
                 }
                 ModelStop::EndTurn | ModelStop::ToolUse if response.tool_calls.is_empty() => {
+                    // Seam: turn_end. A steer or interrupt that arrived during
+                    // the last answer keeps the loop going: the model reads it.
+                    if self.deliver(Seam::TurnEnd).await? > 0 {
+                        iteration += 1;
+                        continue;
+                    }
                     return Ok(Terminal::new(
                         TerminalKind::Completed,
                         "the model ended its turn",
-                    ))
+                    ));
                 }
                 ModelStop::EndTurn | ModelStop::ToolUse => {}
             }
@@ -247,7 +260,53 @@ impl Turn<'_> {
             turn_messages: self.turn_messages.clone(),
             history_fingerprint: self.history_fingerprint.clone(),
             config_fingerprint: self.config_fingerprint.clone(),
+            dispatch_skipped: false,
+            skip_reason: None,
         }
+    }
+
+    /// Drains the injections due at `seam` and puts them in the transcript:
+    /// a steer as a `contract` directive, an interrupt as a user message, a
+    /// queued message as an audit-only entry. Each delivery is journaled (and
+    /// echoed to clients as a `user_message_chunk` with its message id) before
+    /// the model can see it. Returns how many the model will read.
+    async fn deliver(&mut self, seam: Seam) -> Result<usize, SinkError> {
+        let due = self.deps.control.steering().drain(seam);
+        let mut visible = 0;
+        for injection in due {
+            let text = injection.content.to_model_text();
+            self.turn_messages.push(match injection.mode {
+                InjectMode::Steer => Message::User {
+                    text: format!("<directive authority=\"contract\">{text}</directive>"),
+                },
+                InjectMode::InterruptImmediate => Message::User { text },
+                InjectMode::Queue => Message::Queued {
+                    message_id: injection.message_id.clone(),
+                    text,
+                },
+            });
+            visible += usize::from(injection.mode != InjectMode::Queue);
+            self.sink
+                .emit(SessionEvent::InjectionDelivered { injection, seam })
+                .await?;
+        }
+        Ok(visible)
+    }
+
+    /// The loop-exit seam: delivers queued messages; anything still pending
+    /// (the turn was stopped before a steer seam came) is recorded as dropped.
+    async fn exit_loop(&mut self) -> Result<(), SinkError> {
+        self.deliver(Seam::LoopExit).await?;
+        let dropped: Vec<_> = self.deps.control.steering().drain_all();
+        for injection in dropped {
+            self.sink
+                .emit(SessionEvent::InjectionDropped {
+                    message_id: injection.message_id,
+                    reason: "the turn ended before this message was delivered".into(),
+                })
+                .await?;
+        }
+        Ok(())
     }
 
     /// Announces, checkpoints, dispatches and settles one tool batch, then
@@ -275,9 +334,13 @@ impl Turn<'_> {
         self.sink
             .checkpoint(&self.frame(Phase::Tools, iteration, vec![], calls.clone()))
             .await?;
-        // Seam: pre_tool_dispatch. Each call re-checks the stop flag right
-        // before it is sent, so a stop that lands mid-batch still holds back
-        // every call not yet sent.
+        // Seam: pre_tool_dispatch. An interrupt here skips the whole batch.
+        let interrupts = self.deps.control.steering().drain(Seam::PreToolDispatch);
+        if !interrupts.is_empty() {
+            return self.skip_batch(iteration, calls, interrupts).await;
+        }
+        // Each call re-checks the stop flag right before it is sent, so a stop
+        // that lands mid-batch still holds back every call not yet sent.
         let ctx = ToolContext {
             cwd: self.spec.cwd.clone(),
             additional_directories: self.spec.additional_directories.clone(),
@@ -299,6 +362,55 @@ impl Turn<'_> {
         if self.deps.control.is_stopped() {
             return Err(Exit::Stopped);
         }
+        self.deliver(Seam::PostToolDispatch).await?;
+        Ok(())
+    }
+
+    /// Skips a whole batch for an interrupt (`remote-session-control.md`,
+    /// "Interrupt"): every call gets a synthetic `interrupted` result, the
+    /// checkpoint records `dispatch_skipped`, and the interrupt is put where
+    /// the tool results would have been so the model reads it next.
+    async fn skip_batch(
+        &mut self,
+        iteration: u32,
+        calls: Vec<ToolCallRequest>,
+        interrupts: Vec<Injection>,
+    ) -> Result<(), Exit> {
+        let mut outcomes = Vec::with_capacity(calls.len());
+        for call in calls {
+            self.update(
+                &call,
+                ToolCallStatus::Failed,
+                json!({"dispatched": false, "interrupted": true, "reason": INTERRUPTED}),
+                INTERRUPTED,
+            )
+            .await?;
+            self.turn_messages.push(Message::Tool {
+                tool_call_id: call.id.clone(),
+                content: INTERRUPTED.into(),
+                is_error: true,
+            });
+            outcomes.push(ToolOutcome {
+                call,
+                status: ToolOutcomeStatus::Interrupted,
+                content: INTERRUPTED.into(),
+            });
+        }
+        for injection in interrupts {
+            self.turn_messages.push(Message::User {
+                text: injection.content.to_model_text(),
+            });
+            self.sink
+                .emit(SessionEvent::InjectionDelivered {
+                    injection,
+                    seam: Seam::PreToolDispatch,
+                })
+                .await?;
+        }
+        let mut frame = self.frame(Phase::Provider, iteration, outcomes, vec![]);
+        frame.dispatch_skipped = true;
+        frame.skip_reason = Some("interrupt_immediate".into());
+        self.sink.checkpoint(&frame).await?;
         Ok(())
     }
 

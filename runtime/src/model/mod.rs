@@ -71,9 +71,23 @@ pub struct ModelRequest {
 }
 
 impl ModelRequest {
-    /// The whole conversation the model reads: history, then this turn.
+    /// The whole conversation the model reads: history, then this turn, without
+    /// the audit-only [`Message::Queued`] entries.
     pub fn messages(&self) -> impl DoubleEndedIterator<Item = &Message> {
-        self.history.iter().chain(&self.turn_messages)
+        self.history
+            .iter()
+            .chain(&self.turn_messages)
+            .filter(|m| !matches!(m, Message::Queued { .. }))
+    }
+
+    /// Model calls made since the latest user message (0 for the first answer
+    /// to it): counts the assistant messages after it.
+    pub fn calls_since_user(&self) -> u32 {
+        self.messages()
+            .rev()
+            .take_while(|m| !matches!(m, Message::User { .. }))
+            .filter(|m| matches!(m, Message::Assistant { .. }))
+            .count() as u32
     }
 
     /// Text of the latest user message, or `""` when there is none.

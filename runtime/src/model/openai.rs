@@ -519,7 +519,7 @@ impl<'a> WireRequest<'a> {
     ) -> Self {
         Self {
             model,
-            messages: messages.map(WireMessage::from).collect(),
+            messages: messages.filter_map(WireMessage::from_message).collect(),
             tools: tools
                 .iter()
                 .map(|t| WireTool {
@@ -539,10 +539,12 @@ impl<'a> WireRequest<'a> {
     }
 }
 
-impl<'a> From<&'a Message> for WireMessage<'a> {
-    fn from(message: &'a Message) -> Self {
-        match message {
+impl<'a> WireMessage<'a> {
+    /// The wire form of a message; `None` for audit-only entries.
+    fn from_message(message: &'a Message) -> Option<Self> {
+        Some(match message {
             Message::User { text } => WireMessage::User { content: text },
+            Message::Queued { .. } => return None,
             Message::Assistant { text, tool_calls } => WireMessage::Assistant {
                 content: (!text.is_empty() || tool_calls.is_empty()).then_some(text.as_str()),
                 tool_calls: tool_calls
@@ -565,7 +567,7 @@ impl<'a> From<&'a Message> for WireMessage<'a> {
                 tool_call_id: tool_call_id.as_str(),
                 content,
             },
-        }
+        })
     }
 }
 

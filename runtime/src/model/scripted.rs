@@ -28,9 +28,10 @@
 //!
 //! Rules are tried in file order; the first match plays. A rule's steps are cut
 //! into model responses after each `tool_call`/`tool_calls` step (a `usage` or
-//! `stop` step right after one still belongs to it): model call *n* of a
-//! turn plays the *n*-th piece, so the script position is derived from the
-//! request alone (deterministic, and resumable from a frame). A piece ends with
+//! `stop` step right after one still belongs to it): the *n*-th model call
+//! since the latest user message (a prompt, or a steer delivered mid-turn)
+//! plays the *n*-th piece, so the script position is derived from the request
+//! alone (deterministic, and resumable from a frame). A piece ends with
 //! `end_turn` unless it ends in tool calls or a `stop` step. Strings in `text`,
 //! `thought` and tool arguments expand `{cwd}` (the session directory) and
 //! `{input}` (the latest user message). Tool call ids are
@@ -289,7 +290,7 @@ impl ModelProvider for ScriptedModel {
                 });
             }
         };
-        for step in self.piece_for(request.latest_user_text(), request.iteration) {
+        for step in self.piece_for(request.latest_user_text(), request.calls_since_user()) {
             match step {
                 Step::Text(t) => {
                     let t = expand(&t, request);
@@ -324,6 +325,7 @@ impl ModelProvider for ScriptedModel {
                 .map(|m| match m {
                     Message::User { text } | Message::Assistant { text, .. } => text.len(),
                     Message::Tool { content, .. } => content.len(),
+                    Message::Queued { .. } => 0,
                 })
                 .sum();
             Usage {
@@ -352,7 +354,13 @@ mod tests {
             iteration,
             cwd: "/tmp/work".into(),
             history: Default::default(),
-            turn_messages: vec![Message::User { text: input.into() }],
+            // `iteration` earlier answers to the prompt select the piece.
+            turn_messages: std::iter::once(Message::User { text: input.into() })
+                .chain((0..iteration).map(|_| Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![],
+                }))
+                .collect(),
             tools: vec![],
         }
     }
