@@ -8,8 +8,8 @@
 //! `_meta.berth.eventId`; a replayed one also `_meta.berth.replayed: true`.
 
 use agent_client_protocol_schema::v1::{
-    ContentBlock, ContentChunk, Meta, SessionNotification, SessionUpdate, TextContent, ToolCall,
-    ToolCallContent, ToolCallStatus as AcpStatus, ToolCallUpdate, ToolCallUpdateFields,
+    ContentBlock, ContentChunk, MessageId, Meta, SessionNotification, SessionUpdate, TextContent,
+    ToolCall, ToolCallContent, ToolCallStatus as AcpStatus, ToolCallUpdate, ToolCallUpdateFields,
     ToolKind as AcpKind,
 };
 use berth_actors::SessionNotice;
@@ -77,23 +77,33 @@ fn agent_event(notice: &SessionNotice, event: &SessionEvent) -> String {
     )
 }
 
+/// One `user_message_chunk` per content block, tagged with `message_id` when
+/// the blocks are an injected message.
+fn user_chunks(notice: &SessionNotice, blocks: &[Value], message_id: Option<&str>) -> Vec<String> {
+    blocks
+        .iter()
+        .map(|block| {
+            let block = serde_json::from_value::<ContentBlock>(block.clone())
+                .unwrap_or_else(|_| text_block(&block.to_string()));
+            let mut chunk = ContentChunk::new(block);
+            if let Some(id) = message_id {
+                chunk = chunk.message_id(MessageId::new(id.to_owned()));
+            }
+            update(notice, SessionUpdate::UserMessageChunk(chunk))
+        })
+        .collect()
+}
+
 /// The frames one notice renders to (a prompt with several blocks renders to
 /// one `user_message_chunk` per block; everything else to exactly one frame).
 pub fn render_notice(notice: &SessionNotice) -> Vec<String> {
     let event = &notice.record.event;
     match event {
-        SessionEvent::TurnStarted { prompt, .. } => prompt
-            .0
-            .iter()
-            .map(|block| {
-                let block = serde_json::from_value::<ContentBlock>(block.clone())
-                    .unwrap_or_else(|_| text_block(&block.to_string()));
-                update(
-                    notice,
-                    SessionUpdate::UserMessageChunk(ContentChunk::new(block)),
-                )
-            })
-            .collect(),
+        SessionEvent::TurnStarted { prompt, .. } => user_chunks(notice, &prompt.0, None),
+        // Delivery of an injected message is echoed with its message id.
+        SessionEvent::InjectionDelivered { injection, .. } => {
+            user_chunks(notice, &injection.content.0, Some(&injection.message_id))
+        }
         SessionEvent::AgentMessageChunk { text } => vec![update(
             notice,
             SessionUpdate::AgentMessageChunk(ContentChunk::new(text_block(text))),
@@ -138,8 +148,12 @@ pub fn render_notice(notice: &SessionNotice) -> Vec<String> {
                 )),
             )]
         }
-        SessionEvent::TurnEnded { .. } | SessionEvent::SessionClosed {} => {
-            vec![agent_event(notice, event)]
-        }
+        SessionEvent::TurnEnded { .. }
+        | SessionEvent::SessionClosed {}
+        | SessionEvent::InjectionAccepted { .. }
+        | SessionEvent::InjectionRevoked { .. }
+        | SessionEvent::InjectionReplaced { .. }
+        | SessionEvent::InjectionDropped { .. }
+        | SessionEvent::ControlOutcome(_) => vec![agent_event(notice, event)],
     }
 }
