@@ -1,6 +1,7 @@
 //! Typed control errors. Each maps to one JSON-RPC error code in the adapters.
 
 use berth_runtime::ids::{SessionId, TurnId};
+use berth_runtime::steering::InjectionConflict;
 use berth_storage::StorageError;
 
 /// Why a control was refused or failed. A refused control changed nothing.
@@ -17,6 +18,21 @@ pub enum ControlError {
     SessionClosed {
         /// The session.
         session_id: SessionId,
+    },
+    /// The control needs a running turn and there is none
+    /// (`remote-session-control.md`, "Steer": `-32004 "Session has no active prompt"`).
+    #[error("Session has no active prompt")]
+    NoActivePrompt {
+        /// The session.
+        session_id: SessionId,
+    },
+    /// An injected message cannot be revoked or replaced.
+    #[error("message {message_id}: {conflict}")]
+    Injection {
+        /// The message id.
+        message_id: String,
+        /// Why.
+        conflict: InjectionConflict,
     },
     /// A prompt turn is already running on the session.
     #[error("session {session_id} already has an active prompt ({turn_id})")]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use berth_runtime::content::Prompt;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::model::Usage;
+use berth_runtime::steering::Injection;
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind};
 use berth_runtime::tools::ProcessLedger;
 use berth_storage::{Batch, Journal, JournalOptions, SessionRecord};
@@ -273,15 +274,64 @@ impl Node {
     ///
     /// # Errors
     /// [`ControlError::UnknownSession`] when the server holds no such session.
-    pub async fn cancel(&self, id: &SessionId) -> Result<CancelStatus, ControlError> {
-        match self.registry.get_live(id).await {
-            Some(_) => self.call(id, |reply| SessionMsg::Cancel { reply }).await,
-            // Not live: nothing can be running (open turns are sealed at start-up).
-            None if self.env.journal.session(id)?.is_some() => Ok(CancelStatus::AlreadyCancelled),
-            None => Err(ControlError::UnknownSession {
-                session_id: id.clone(),
-            }),
-        }
+    pub async fn cancel(&self, id: &SessionId, actor: &str) -> Result<CancelStatus, ControlError> {
+        self.call(id, |reply| SessionMsg::Cancel {
+            actor: actor.to_owned(),
+            reply,
+        })
+        .await?
+    }
+
+    /// `session/inject`: queues a message for the running turn; returns its
+    /// message id once the acceptance (and its receipt) is durable.
+    ///
+    /// # Errors
+    /// `UnknownSession`, `NoActivePrompt` (checked before the mode),
+    /// `InvalidParams` (`invalid_mode`, `invalid_content`), `Storage`.
+    pub async fn inject(
+        &self,
+        id: &SessionId,
+        mode: &str,
+        content: &Value,
+        actor: &str,
+    ) -> Result<String, ControlError> {
+        self.call(id, |reply| SessionMsg::Inject {
+            mode: mode.to_owned(),
+            content: content.clone(),
+            actor: actor.to_owned(),
+            reply,
+        })
+        .await?
+    }
+
+    /// `session/revoke_inject` (`content: None`) or `session/replace_inject`.
+    ///
+    /// # Errors
+    /// `UnknownSession`, `Injection` (already delivered/revoked, unknown id),
+    /// `InvalidParams` (`invalid_content`), `Storage`.
+    pub async fn retract_injection(
+        &self,
+        id: &SessionId,
+        message_id: &str,
+        content: Option<&Value>,
+        actor: &str,
+    ) -> Result<(), ControlError> {
+        self.call(id, |reply| SessionMsg::Retract {
+            message_id: message_id.to_owned(),
+            content: content.cloned(),
+            actor: actor.to_owned(),
+            reply,
+        })
+        .await?
+    }
+
+    /// `session/pending_injections`: the running turn's undelivered messages, FIFO.
+    ///
+    /// # Errors
+    /// `UnknownSession`.
+    pub async fn pending_injections(&self, id: &SessionId) -> Result<Vec<Injection>, ControlError> {
+        self.call(id, |reply| SessionMsg::PendingInjections { reply })
+            .await
     }
 
     /// Closes the session: cancels a running turn, records the close durably and

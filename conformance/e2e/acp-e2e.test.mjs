@@ -575,9 +575,13 @@ test("berth serve end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 12
       10_000,
       "2 agent_message_chunks of 'slow steps'",
     );
-    // Everything the client saw (on the wire, whether or not the SDK handled it yet).
+    // Everything the client saw (on the wire, whether or not the SDK handled it
+    // yet) that is a journaled event. The receipt of a control naming an unknown
+    // session has no session log to live in, so it carries no eventId.
     const seenBeforeKill = new Map(
-      s1.wire.items.filter((m) => NOTIFICATION_METHODS.has(m.method)).map((m) => [eventIdOf(m.params), m]),
+      s1.wire.items
+        .filter((m) => NOTIFICATION_METHODS.has(m.method) && eventIdOf(m.params) !== undefined)
+        .map((m) => [eventIdOf(m.params), m]),
     );
     const highestSeen = maxEventId(s1);
     s1.kill();

@@ -21,6 +21,24 @@ impl Prompt {
         ])
     }
 
+    /// Parses `session/inject` content: a non-blank string, or a non-empty
+    /// array of ACP content blocks (objects with a `type`) holding some text.
+    /// `None` when it is empty or malformed (the seed's `invalid_content`).
+    pub fn from_inject_content(content: &Value) -> Option<Self> {
+        let prompt = match content {
+            Value::String(s) if !s.trim().is_empty() => Self::text(s.clone()),
+            Value::Array(blocks)
+                if blocks
+                    .iter()
+                    .all(|b| b.get("type").is_some_and(Value::is_string)) =>
+            {
+                Self(blocks.clone())
+            }
+            _ => return None,
+        };
+        (!prompt.to_model_text().trim().is_empty()).then_some(prompt)
+    }
+
     /// The text a model reads: text blocks verbatim, embedded text resources by
     /// their text, links as their URI; blocks joined by a blank line.
     pub fn to_model_text(&self) -> String {
@@ -48,6 +66,22 @@ impl Prompt {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn inject_content_is_a_string_or_blocks_with_text() {
+        assert!(Prompt::from_inject_content(&json!("steer me")).is_some());
+        assert!(Prompt::from_inject_content(&json!([{"type":"text","text":"x"}])).is_some());
+        for bad in [
+            json!(""),
+            json!("  "),
+            json!([]),
+            json!([{"text":"x"}]),
+            json!(5),
+            json!([{"type":"text","text":""}]),
+        ] {
+            assert!(Prompt::from_inject_content(&bad).is_none(), "{bad}");
+        }
+    }
 
     #[test]
     fn model_text_joins_text_and_resources() {

@@ -5,6 +5,7 @@
 //! its own handler file under [`lifecycle`]; [`SessionActor::handle`] only routes.
 
 pub mod lifecycle;
+mod receipt;
 mod seal;
 mod sink;
 
@@ -12,10 +13,12 @@ use std::sync::Arc;
 
 use berth_runtime::content::Prompt;
 use berth_runtime::engine::{TurnControl, TurnOutcome};
+use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::history::Transcript;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
+use berth_runtime::steering::Injection;
 use berth_runtime::tools::{ProcessGroups, ProcessLedger};
-use berth_storage::{Journal, SessionRecord};
+use berth_storage::{Batch, Journal, SessionRecord};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 pub use seal::seal_open_turn;
@@ -56,8 +59,38 @@ pub enum SessionMsg {
     },
     /// `session/cancel`.
     Cancel {
+        /// Who sent it (for the receipt).
+        actor: String,
         /// `cancelled` or `already_cancelled`.
-        reply: RpcReplyPort<CancelStatus>,
+        reply: RpcReplyPort<Result<CancelStatus, ControlError>>,
+    },
+    /// `session/inject`: mode and content are validated only after the
+    /// active-prompt check, as the seed requires.
+    Inject {
+        /// Wire mode (`steer`, `queue`, `interrupt_immediate`, `interrupt`).
+        mode: String,
+        /// Wire content (string or content blocks).
+        content: serde_json::Value,
+        /// Who sent it.
+        actor: String,
+        /// The assigned message id.
+        reply: RpcReplyPort<Result<String, ControlError>>,
+    },
+    /// `session/revoke_inject` (`content: None`) or `session/replace_inject`.
+    Retract {
+        /// The message.
+        message_id: String,
+        /// New content for a replace; `None` revokes.
+        content: Option<serde_json::Value>,
+        /// Who sent it.
+        actor: String,
+        /// Done, or why not.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
+    /// `session/pending_injections`: undelivered messages, FIFO.
+    PendingInjections {
+        /// The list.
+        reply: RpcReplyPort<Vec<Injection>>,
     },
     /// `session/close`: cancel, flush, drop.
     Close {
@@ -114,6 +147,34 @@ pub struct SessionState {
     pub(crate) turn: Option<RunningTurn>,
     /// A close waiting for the running turn to be sealed.
     pub(crate) pending_close: Vec<RpcReplyPort<Result<(), ControlError>>>,
+    /// The control block of the last finished turn: what became of its
+    /// injections (for revoke/replace after the turn).
+    pub(crate) last_control: Option<Arc<TurnControl>>,
+}
+
+impl SessionState {
+    /// Journals `events` in one durable batch, then publishes them to the
+    /// session's watchers. Nothing is published unless it is durable.
+    ///
+    /// # Errors
+    /// [`ControlError::Storage`]; nothing was written.
+    pub(crate) async fn record(&self, events: Vec<SessionEvent>) -> Result<(), ControlError> {
+        let now = self.env.config.clock.now();
+        let session_id = &self.record.session_id;
+        let records: Vec<EventRecord> = events
+            .into_iter()
+            .map(|event| EventRecord { at: now, event })
+            .collect();
+        let batch = records
+            .iter()
+            .fold(Batch::new(), |b, r| b.append(session_id, r));
+        let ids = self.env.journal.commit(batch).await?;
+        self.watchers.publish(
+            session_id,
+            ids.into_iter().zip(records.into_iter().map(Arc::new)),
+        );
+        Ok(())
+    }
 }
 
 impl Drop for SessionState {
@@ -178,6 +239,7 @@ impl Actor for SessionActor {
             processes,
             turn: None,
             pending_close: Vec::new(),
+            last_control: None,
         })
     }
 
@@ -194,8 +256,32 @@ impl Actor for SessionActor {
             SessionMsg::TurnFinished { turn_id, outcome } => {
                 lifecycle::prompt::finish(&myself, state, turn_id, outcome).await
             }
-            SessionMsg::Cancel { reply } => {
-                let _ = reply.send(lifecycle::cancel::cancel(state));
+            SessionMsg::Cancel { actor, reply } => {
+                let _ = reply.send(lifecycle::cancel::cancel(state, &actor).await);
+                Ok(())
+            }
+            SessionMsg::Inject {
+                mode,
+                content,
+                actor,
+                reply,
+            } => {
+                let _ = reply.send(lifecycle::inject::inject(state, &mode, &content, &actor).await);
+                Ok(())
+            }
+            SessionMsg::Retract {
+                message_id,
+                content,
+                actor,
+                reply,
+            } => {
+                let _ = reply.send(
+                    lifecycle::retract::retract(state, &message_id, content.as_ref(), &actor).await,
+                );
+                Ok(())
+            }
+            SessionMsg::PendingInjections { reply } => {
+                let _ = reply.send(lifecycle::inject::pending(state));
                 Ok(())
             }
             SessionMsg::Close { reply } => lifecycle::close::close(&myself, state, reply).await,

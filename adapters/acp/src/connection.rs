@@ -63,6 +63,11 @@ impl Connection {
         self.outbound.send(frame).is_ok()
     }
 
+    /// Who this connection is in receipts (`control_outcome.actor`).
+    pub fn actor(&self) -> String {
+        format!("acp:{}", self.id)
+    }
+
     /// This connection as a session watcher.
     pub fn watcher(&self) -> Arc<dyn Watcher> {
         Arc::new(ConnectionWatcher {

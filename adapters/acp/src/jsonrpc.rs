@@ -10,10 +10,11 @@
 //! | -32601 | unknown method | `{method}` |
 //! | -32602 | bad params | `{field, reason}` |
 //! | -32603 | internal failure (journal, actor) | `{reason}` |
-//! | -32004 | session not held / no active prompt | `{sessionId}` |
+//! | -32004 | session not held / no active prompt | `{sessionId}` (`reason: "no_active_prompt"` for the latter) |
 //! | -32005 | session is closed | `{sessionId, reason: "session_closed"}` |
 //! | -32006 | a prompt is already running | `{sessionId, turnId, reason: "prompt_active"}` |
 //! | -32007 | too many requests in flight on this connection | `{limit, reason: "too_many_requests"}` |
+//! | -32008 | an injected message cannot be revoked/replaced | `{messageId, reason: "already_delivered" \| "already_revoked" \| "unknown_message_id"}` |
 
 use berth_actors::ControlError;
 use serde_json::{json, Map, Value};
@@ -114,6 +115,19 @@ impl From<ControlError> for RpcError {
                 json!({"sessionId": session_id, "turnId": turn_id, "reason": "prompt_active"}),
             ),
             ControlError::InvalidParams { field, reason } => Self::invalid_params(field, reason),
+            ControlError::NoActivePrompt { session_id } => Self::new(
+                -32004,
+                "Session has no active prompt",
+                json!({"sessionId": session_id, "reason": "no_active_prompt"}),
+            ),
+            ControlError::Injection {
+                message_id,
+                conflict,
+            } => Self::new(
+                -32008,
+                e.to_string(),
+                json!({"messageId": message_id, "reason": conflict.reason()}),
+            ),
             ControlError::Storage(_) | ControlError::ActorFailed(_) => Self::internal(&e),
         }
     }

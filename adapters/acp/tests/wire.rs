@@ -92,6 +92,12 @@ impl Client {
         }
     }
 
+    /// Sends a request; returns its response and the notifications before it.
+    async fn exchange(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
+        let id = self.request(method, params).await;
+        self.response(id).await
+    }
+
     async fn call(&mut self, method: &str, params: Value) -> Value {
         let id = self.request(method, params).await;
         self.response(id).await.0
@@ -418,4 +424,219 @@ async fn controls_racing_a_close_get_closed_session_answers() {
             "already_cancelled"
         );
     }
+}
+
+/// The receipts (`control_outcome`) among notifications.
+fn receipts(notes: &[Value]) -> Vec<Value> {
+    notes
+        .iter()
+        .filter(|n| n["method"] == "_berth/agentEvent" && n["params"]["type"] == "control_outcome")
+        .map(|n| n["params"]["event"].clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn inject_revoke_replace_and_their_receipts() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let mut notes = Vec::new();
+
+    // Idle: -32004 before the (bad) mode is even looked at.
+    let id = c
+        .request(
+            "session/inject",
+            json!({"sessionId": sid, "mode": "sideways", "content": "x"}),
+        )
+        .await;
+    let (r, n) = c.response(id).await;
+    notes.extend(n);
+    assert_eq!(
+        error_of(&r),
+        (
+            -32004,
+            json!({"sessionId": sid, "reason": "no_active_prompt"})
+        )
+    );
+    assert_eq!(r["error"]["message"], "Session has no active prompt");
+
+    // A running turn (a 30 s tool call).
+    let prompt = c
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"sleep"}]}),
+        )
+        .await;
+    loop {
+        let v = c.read().await;
+        let status = v["params"]["update"]["status"].clone();
+        notes.push(v);
+        if status == "in_progress" {
+            break;
+        }
+    }
+    let (r, n) = c
+        .exchange(
+            "session/inject",
+            json!({"sessionId": sid, "mode": "sideways", "content": "x"}),
+        )
+        .await;
+    notes.extend(n);
+    assert_eq!(
+        error_of(&r),
+        (-32602, json!({"field": "mode", "reason": "invalid_mode"}))
+    );
+    let (r, n) = c
+        .exchange(
+            "session/inject",
+            json!({"sessionId": sid, "mode": "queue", "content": "  "}),
+        )
+        .await;
+    notes.extend(n);
+    assert_eq!(
+        error_of(&r),
+        (
+            -32602,
+            json!({"field": "content", "reason": "invalid_content"})
+        )
+    );
+    // Two queued messages stay pending until the loop exits.
+    let (r, n) = c
+        .exchange(
+            "session/inject",
+            json!({"sessionId": sid, "mode": "queue", "content": "first note"}),
+        )
+        .await;
+    notes.extend(n);
+    assert_eq!(r["result"]["status"], "accepted");
+    let first = r["result"]["messageId"].as_str().unwrap().to_owned();
+    let (r, n) = c.exchange("session/inject", json!({"sessionId": sid, "mode": "queue", "content": [{"type":"text","text":"second note"}]})).await;
+    notes.extend(n);
+    let second = r["result"]["messageId"].as_str().unwrap().to_owned();
+    let (r, _) = c
+        .exchange("session/pending_injections", json!({"sessionId": sid}))
+        .await;
+    let pending: Vec<&str> = r["result"]["injections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["messageId"].as_str().unwrap())
+        .collect();
+    assert_eq!(pending, [first.as_str(), second.as_str()], "FIFO");
+    let (r, n) = c
+        .exchange(
+            "session/replace_inject",
+            json!({"sessionId": sid, "messageId": first, "content": "first note, amended"}),
+        )
+        .await;
+    notes.extend(n);
+    assert_eq!(r["result"]["status"], "replaced");
+    let (r, n) = c
+        .exchange(
+            "session/revoke_inject",
+            json!({"sessionId": sid, "messageId": second}),
+        )
+        .await;
+    notes.extend(n);
+    assert_eq!(r["result"]["status"], "revoked");
+    let (r, n) = c
+        .exchange(
+            "session/revoke_inject",
+            json!({"sessionId": sid, "messageId": second}),
+        )
+        .await;
+    notes.extend(n);
+    assert_eq!(
+        error_of(&r),
+        (
+            -32008,
+            json!({"messageId": second, "reason": "already_revoked"})
+        )
+    );
+    let (r, n) = c
+        .exchange(
+            "session/revoke_inject",
+            json!({"sessionId": sid, "messageId": "msg_nope"}),
+        )
+        .await;
+    notes.extend(n);
+    assert_eq!(error_of(&r).1["reason"], "unknown_message_id");
+
+    // End the turn: the queue is delivered at loop exit, echoed with its id.
+    let (r, n) = c
+        .exchange("session/cancel", json!({"sessionId": sid}))
+        .await;
+    notes.extend(n);
+    assert_eq!(r["result"]["status"], "cancelled");
+    let (done, n) = c.response(prompt).await;
+    notes.extend(n);
+    assert_eq!(done["result"]["stopReason"], "cancelled");
+    let echoed: Vec<(&str, &str)> = notes
+        .iter()
+        .filter(|n| {
+            n["params"]["update"]["sessionUpdate"] == "user_message_chunk"
+                && n["params"]["update"]["messageId"].is_string()
+        })
+        .map(|n| {
+            (
+                n["params"]["update"]["messageId"].as_str().unwrap(),
+                n["params"]["update"]["content"]["text"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(echoed, [(first.as_str(), "first note, amended")]);
+    let id = c
+        .request(
+            "session/revoke_inject",
+            json!({"sessionId": sid, "messageId": first}),
+        )
+        .await;
+    let (r, n) = c.response(id).await;
+    notes.extend(n);
+    assert_eq!(error_of(&r).1["reason"], "already_delivered");
+
+    // Exactly one receipt per control, rejected ones included, in order.
+    let got: Vec<(String, String, String)> = receipts(&notes)
+        .iter()
+        .map(|r| {
+            (
+                r["method"].as_str().unwrap().into(),
+                r["status"].as_str().unwrap().into(),
+                r["reason"]
+                    .as_str()
+                    .unwrap_or(r["outcome"].as_str().unwrap())
+                    .into(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String, String)> = [
+        ("session/inject", "rejected", "no_active_prompt"),
+        ("session/inject", "rejected", "invalid_mode"),
+        ("session/inject", "rejected", "invalid_content"),
+        ("session/inject", "accepted", "accepted"),
+        ("session/inject", "accepted", "accepted"),
+        ("session/replace_inject", "accepted", "replaced"),
+        ("session/revoke_inject", "accepted", "revoked"),
+        ("session/revoke_inject", "rejected", "already_revoked"),
+        ("session/revoke_inject", "rejected", "unknown_message_id"),
+        ("session/cancel", "accepted", "cancelled"),
+        ("session/revoke_inject", "rejected", "already_delivered"),
+    ]
+    .iter()
+    .map(|(a, b, c)| ((*a).into(), (*b).into(), (*c).into()))
+    .collect();
+    assert_eq!(got, want);
+    // All of them are journaled: a load replays the same receipts.
+    let load = c.call("session/load", json!({"sessionId": sid})).await;
+    let kinds = load["result"]["_meta"]["berth"]["replayed"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| k["type"] == "control_outcome")
+            .count(),
+        want.len()
+    );
 }

@@ -1,16 +1,28 @@
 //! `session/cancel` (`remote-session-control.md`, "Stop").
 
+use berth_runtime::event::ControlStatus;
 use berth_runtime::terminal::{Terminal, TerminalKind};
+use serde_json::json;
 
+use super::super::receipt::receipt;
 use super::super::SessionState;
+use crate::error::ControlError;
 use crate::node::CancelStatus;
 
 /// Stops the running turn (first cancel wins) and kills every process group the
 /// session started. The turn's task sees the stop at its next seam: unsent tool
 /// calls are never sent, in-flight ones are abandoned. Idempotent: the first
-/// cancel of a turn answers `cancelled`, every later one — and one on an idle
-/// session — `already_cancelled`.
-pub(crate) fn cancel(state: &mut SessionState) -> CancelStatus {
+/// cancel of a turn answers `cancelled` (receipt `accepted`), every later one —
+/// and one on an idle session — `already_cancelled` (receipt `idempotent`).
+/// The receipt is durable before the answer.
+///
+/// # Errors
+/// [`ControlError::Storage`] when the receipt cannot be journaled; the stop
+/// itself has then still been requested (a stop is never held back).
+pub(crate) async fn cancel(
+    state: &mut SessionState,
+    actor: &str,
+) -> Result<CancelStatus, ControlError> {
     let first = state.turn.as_ref().is_some_and(|turn| {
         turn.control.stop(Terminal::new(
             TerminalKind::UserCancelled,
@@ -19,9 +31,30 @@ pub(crate) fn cancel(state: &mut SessionState) -> CancelStatus {
     });
     let killed = state.processes.kill_all();
     tracing::info!(session_id = %state.record.session_id, first, killed_process_groups = killed, "cancel");
-    if first {
-        CancelStatus::Cancelled
+    let (status, outcome, answer) = if first {
+        (
+            ControlStatus::Accepted,
+            "cancelled",
+            CancelStatus::Cancelled,
+        )
     } else {
-        CancelStatus::AlreadyCancelled
-    }
+        (
+            ControlStatus::Idempotent,
+            "already_cancelled",
+            CancelStatus::AlreadyCancelled,
+        )
+    };
+    let target = json!({"sessionId": state.record.session_id});
+    state
+        .record(vec![receipt(
+            state,
+            "session/cancel",
+            actor,
+            status,
+            outcome,
+            target,
+            None,
+        )])
+        .await?;
+    Ok(answer)
 }

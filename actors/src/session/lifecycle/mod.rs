@@ -4,5 +4,7 @@
 pub mod attach;
 pub mod cancel;
 pub mod close;
+pub mod inject;
 pub mod prompt;
+pub mod retract;
 pub mod status;

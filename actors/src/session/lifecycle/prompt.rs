@@ -185,7 +185,19 @@ pub(crate) async fn finish(
     let start = state.transcript.len() as u64;
     let terminal = outcome.terminal;
     let stop_reason = terminal.stop_reason();
-    let ended = EventRecord {
+    // Injections accepted after the turn's loop exited never reached it.
+    let late = turn.control.steering().drain_all();
+    let mut events: Vec<EventRecord> = late
+        .into_iter()
+        .map(|injection| EventRecord {
+            at: now,
+            event: SessionEvent::InjectionDropped {
+                message_id: injection.message_id,
+                reason: "the turn ended before this message was delivered".into(),
+            },
+        })
+        .collect();
+    events.push(EventRecord {
         at: now,
         event: SessionEvent::TurnEnded {
             turn_id: turn_id.clone(),
@@ -193,12 +205,14 @@ pub(crate) async fn finish(
             terminal: terminal.clone(),
             usage: outcome.usage,
         },
-    };
+    });
     let mut record = state.record.clone();
     record.updated_at = now;
-    let batch = Batch::new()
-        .put_session(&record)
-        .append(&session_id, &ended)
+    let batch = events
+        .iter()
+        .fold(Batch::new().put_session(&record), |b, e| {
+            b.append(&session_id, e)
+        })
         .append_transcript(&session_id, start, &outcome.turn_messages)
         .delete_frame(&session_id)
         .close_turn(&session_id);
@@ -206,10 +220,11 @@ pub(crate) async fn finish(
         Ok(ids) => {
             state.record = record;
             state.transcript.extend(outcome.turn_messages);
-            let ended = Arc::new(ended);
-            state
-                .watchers
-                .publish(&session_id, ids.iter().map(|&id| (id, Arc::clone(&ended))));
+            state.last_control = Some(Arc::clone(&turn.control));
+            state.watchers.publish(
+                &session_id,
+                ids.into_iter().zip(events.into_iter().map(Arc::new)),
+            );
             if let Some(reply) = turn.reply.take() {
                 let _ = reply.send(Ok(PromptOutcome {
                     turn_id,

@@ -11,6 +11,10 @@ use crate::jsonrpc::RpcError;
 /// session the server does not hold.
 pub(crate) async fn cancel(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let id = session_id(&params)?;
-    let status = conn.node.cancel(&id).await?;
+    let status = conn
+        .node
+        .cancel(&id, &conn.actor())
+        .await
+        .map_err(|e| super::receipt_unknown_session(conn, "session/cancel", &id, e))?;
     Ok(json!({ "status": status }))
 }

@@ -6,6 +6,7 @@ mod attach;
 mod cancel;
 mod close;
 mod initialize;
+mod inject;
 mod list;
 mod modes;
 mod new;
@@ -36,6 +37,10 @@ pub async fn handle_request(
         "session/load" => attach::load(conn, params).await,
         "session/resume" => attach::resume(conn, params).await,
         "session/close" => close::close(conn, params).await,
+        "session/inject" => inject::inject(conn, params).await,
+        "session/revoke_inject" => inject::revoke(conn, params).await,
+        "session/replace_inject" => inject::replace(conn, params).await,
+        "session/pending_injections" => inject::pending(conn, params).await,
         "session/set_mode" => modes::set_mode(conn, params).await,
         "session/set_config_option" => modes::set_config_option(conn, params).await,
         _ => Err(RpcError::method_not_found(method)),
@@ -84,4 +89,37 @@ pub(crate) fn session_id(params: &Value) -> Result<SessionId, RpcError> {
 /// Serializes a schema type (infallible for the types we build).
 pub(crate) fn to_value<T: serde::Serialize>(value: T) -> Result<Value, RpcError> {
     serde_json::to_value(value).map_err(RpcError::internal)
+}
+
+/// A control naming a session the server does not hold has no session log to
+/// journal its receipt in: the `control_outcome` (rejected, `unknown_session`)
+/// goes to the requesting connection only, then the error is answered.
+pub(crate) fn receipt_unknown_session(
+    conn: &Connection,
+    method: &str,
+    session_id: &SessionId,
+    error: berth_actors::ControlError,
+) -> RpcError {
+    if let berth_actors::ControlError::UnknownSession { .. } = &error {
+        let outcome = berth_runtime::event::ControlOutcome {
+            session_id: session_id.0.clone(),
+            control_id: format!("ctl_{}_{}", conn.id, method.replace('/', "_")),
+            method: method.into(),
+            outcome: "unknown_session".into(),
+            status: berth_runtime::event::ControlStatus::Rejected,
+            actor: conn.actor(),
+            target: serde_json::json!({"sessionId": session_id}),
+            reason: Some("unknown_session".into()),
+            metadata: Value::Null,
+        };
+        conn.send(crate::jsonrpc::encode_notification(
+            crate::render::AGENT_EVENT_METHOD,
+            serde_json::json!({
+                "sessionId": session_id,
+                "type": "control_outcome",
+                "event": {"type": "control_outcome", "control_outcome": outcome},
+            }),
+        ));
+    }
+    error.into()
 }

@@ -1,0 +1,109 @@
+//! `session/revoke_inject` and `session/replace_inject`: pulling a message back
+//! before it lands.
+
+use berth_runtime::content::Prompt;
+use berth_runtime::event::{ControlStatus, SessionEvent};
+use berth_runtime::steering::InjectionConflict;
+use serde_json::{json, Value};
+
+use super::super::receipt::receipt;
+use super::super::SessionState;
+use crate::error::ControlError;
+
+/// Revokes (`content: None`) or replaces a pending injection of the running
+/// turn. A replace keeps the message's id, mode and place in the queue. A
+/// message already delivered answers `already_delivered`, one revoked before
+/// `already_revoked`, an id this session never issued (or whose turn ended
+/// before delivery) `unknown_message_id`. The receipt is durable before the
+/// answer, for rejections too.
+///
+/// # Errors
+/// [`ControlError::Injection`], [`ControlError::InvalidParams`] for replace
+/// content that is empty (`invalid_content`), [`ControlError::Storage`].
+pub(crate) async fn retract(
+    state: &mut SessionState,
+    message_id: &str,
+    content: Option<&Value>,
+    actor: &str,
+) -> Result<(), ControlError> {
+    let method = if content.is_some() {
+        "session/replace_inject"
+    } else {
+        "session/revoke_inject"
+    };
+    let target = json!({"sessionId": state.record.session_id, "messageId": message_id});
+    let replacement = match content.map(Prompt::from_inject_content) {
+        Some(None) => {
+            let r = receipt(
+                state,
+                method,
+                actor,
+                ControlStatus::Rejected,
+                "rejected",
+                target,
+                Some("invalid_content"),
+            );
+            state.record(vec![r]).await?;
+            return Err(ControlError::invalid("content", "invalid_content"));
+        }
+        Some(Some(prompt)) => Some(prompt),
+        None => None,
+    };
+    // The running turn's queue, else the last turn's (which remembers what
+    // it delivered and what was revoked).
+    let control = state
+        .turn
+        .as_ref()
+        .map(|t| &t.control)
+        .or(state.last_control.as_ref())
+        .cloned();
+    let result = match (&control, replacement) {
+        (None, _) => Err(InjectionConflict::UnknownMessageId),
+        (Some(c), None) => {
+            c.steering()
+                .revoke(message_id)
+                .map(|_| SessionEvent::InjectionRevoked {
+                    message_id: message_id.to_owned(),
+                })
+        }
+        (Some(c), Some(prompt)) => c
+            .steering()
+            .replace(message_id, prompt)
+            .map(|injection| SessionEvent::InjectionReplaced { injection }),
+    };
+    match result {
+        Ok(fact) => {
+            let outcome = if content.is_some() {
+                "replaced"
+            } else {
+                "revoked"
+            };
+            let r = receipt(
+                state,
+                method,
+                actor,
+                ControlStatus::Accepted,
+                outcome,
+                target,
+                None,
+            );
+            state.record(vec![fact, r]).await
+        }
+        Err(conflict) => {
+            let r = receipt(
+                state,
+                method,
+                actor,
+                ControlStatus::Rejected,
+                "rejected",
+                target,
+                Some(conflict.reason()),
+            );
+            state.record(vec![r]).await?;
+            Err(ControlError::Injection {
+                message_id: message_id.to_owned(),
+                conflict,
+            })
+        }
+    }
+}
