@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use berth_runtime::content::Prompt;
+use berth_runtime::engine::CallCancel;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::model::Usage;
 use berth_runtime::steering::Injection;
@@ -319,6 +320,26 @@ impl Node {
         self.call(id, |reply| SessionMsg::Retract {
             message_id: message_id.to_owned(),
             content: content.cloned(),
+            actor: actor.to_owned(),
+            reply,
+        })
+        .await?
+    }
+
+    /// `session/cancel_tool_call`: stops one tool call of the running turn.
+    ///
+    /// # Errors
+    /// `UnknownSession`, `Storage`.
+    pub async fn cancel_tool_call(
+        &self,
+        id: &SessionId,
+        tool_call_id: &str,
+        reason: Option<&str>,
+        actor: &str,
+    ) -> Result<CallCancel, ControlError> {
+        self.call(id, |reply| SessionMsg::CancelToolCall {
+            tool_call_id: tool_call_id.to_owned(),
+            reason: reason.map(str::to_owned),
             actor: actor.to_owned(),
             reply,
         })

@@ -12,7 +12,7 @@ mod sink;
 use std::sync::Arc;
 
 use berth_runtime::content::Prompt;
-use berth_runtime::engine::{TurnControl, TurnOutcome};
+use berth_runtime::engine::{CallCancel, TurnControl, TurnOutcome};
 use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::history::Transcript;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
@@ -86,6 +86,17 @@ pub enum SessionMsg {
         actor: String,
         /// Done, or why not.
         reply: RpcReplyPort<Result<(), ControlError>>,
+    },
+    /// `session/cancel_tool_call`: stop one tool call, not the turn.
+    CancelToolCall {
+        /// The call.
+        tool_call_id: String,
+        /// Why (recorded in the receipt's metadata).
+        reason: Option<String>,
+        /// Who sent it.
+        actor: String,
+        /// `cancelled`, `already_cancelled` or `not_found`.
+        reply: RpcReplyPort<Result<CallCancel, ControlError>>,
     },
     /// `session/pending_injections`: undelivered messages, FIFO.
     PendingInjections {
@@ -278,6 +289,22 @@ impl Actor for SessionActor {
                 let _ = reply.send(
                     lifecycle::retract::retract(state, &message_id, content.as_ref(), &actor).await,
                 );
+                Ok(())
+            }
+            SessionMsg::CancelToolCall {
+                tool_call_id,
+                reason,
+                actor,
+                reply,
+            } => {
+                let answer = lifecycle::cancel_tool_call::cancel_tool_call(
+                    state,
+                    &tool_call_id,
+                    reason.as_deref(),
+                    &actor,
+                )
+                .await;
+                let _ = reply.send(answer);
                 Ok(())
             }
             SessionMsg::PendingInjections { reply } => {

@@ -22,6 +22,15 @@ steps = [ { tool_call = { name = "shell", arguments = { command = "sleep 30" } }
 [[rules]]
 match = "hi"
 steps = [ { text = "hello" } ]
+[[rules]]
+match = "two jobs"
+steps = [
+  { tool_calls = [
+      { name = "shell", arguments = { command = "echo $$ > job.pid; exec sleep 30" } },
+      { name = "shell", arguments = { command = "echo fast" } },
+  ] },
+  { text = "carried on after the cancelled job" },
+]
 "#;
 
 struct Client {
@@ -639,4 +648,81 @@ async fn inject_revoke_replace_and_their_receipts() {
             .count(),
         want.len()
     );
+}
+
+#[tokio::test]
+async fn cancel_tool_call_stops_one_call_and_the_turn_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let prompt = c
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"two jobs"}]}),
+        )
+        .await;
+    // The slow call's id, once it runs and has written its pid.
+    let mut slow = None;
+    while slow.is_none() {
+        let v = c.read().await;
+        let u = &v["params"]["update"];
+        if u["sessionUpdate"] == "tool_call"
+            && u["rawInput"]["command"]
+                .as_str()
+                .is_some_and(|c| c.contains("sleep"))
+        {
+            slow = u["toolCallId"].as_str().map(str::to_owned);
+        }
+    }
+    let slow = slow.unwrap();
+    let pid_file = dir.path().join("job.pid");
+    let pid: i32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break pid;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let (r, mut notes) = c
+        .exchange(
+            "session/cancel_tool_call",
+            json!({"sessionId": sid, "toolCallId": slow, "reason": "too slow"}),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "cancelled");
+    let (done, rest) = c.response(prompt).await;
+    notes.extend(rest);
+    assert_eq!(done["result"]["stopReason"], "end_turn", "the turn went on");
+    assert!(notes
+        .iter()
+        .any(|n| n["params"]["update"]["content"]["text"] == "carried on after the cancelled job"));
+    assert!(notes
+        .iter()
+        .any(|n| n["params"]["update"]["toolCallId"] == slow.as_str()
+            && n["params"]["update"]["status"] == "failed"
+            && n["params"]["update"]["rawOutput"]["cancelled"] == true));
+    let gone =
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "));
+    assert!(gone, "the cancelled call's process was killed");
+    let (r, _) = c
+        .exchange(
+            "session/cancel_tool_call",
+            json!({"sessionId": sid, "toolCallId": slow}),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "not_found", "the turn is over");
+    let (r, _) = c
+        .exchange(
+            "session/cancel_tool_call",
+            json!({"sessionId": sid, "toolCallId": "call_nope"}),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "not_found");
+    let (r, _) = c
+        .exchange("session/cancel_tool_call", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(error_of(&r).1["field"], "toolCallId");
 }

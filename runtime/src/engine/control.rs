@@ -1,5 +1,6 @@
 //! The control block shared by a session actor and its running turn.
 
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
@@ -13,6 +14,30 @@ pub struct TurnControl {
     cancel: CancellationToken,
     stop: Mutex<Option<Terminal>>,
     steering: Mutex<SteeringQueue>,
+    calls: Mutex<HashMap<String, CallSlot>>,
+}
+
+/// A tool call of the running turn, as `session/cancel_tool_call` sees it.
+#[derive(Debug)]
+enum CallSlot {
+    /// Announced or running; cancelling fires the token.
+    Live(CancellationToken),
+    /// Cancelled by `session/cancel_tool_call`.
+    Cancelled,
+    /// Finished on its own.
+    Done,
+}
+
+/// Answer to `session/cancel_tool_call` (`remote-session-control.md`, "Stop").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallCancel {
+    /// This request stopped the call (or kept it from being sent).
+    Cancelled,
+    /// It was cancelled before.
+    AlreadyCancelled,
+    /// No announced, unfinished call has that id.
+    NotFound,
 }
 
 impl TurnControl {
@@ -36,6 +61,56 @@ impl TurnControl {
     /// Resolves when a stop is requested (cancel-safe).
     pub async fn stopped(&self) {
         self.cancel.cancelled().await
+    }
+
+    /// Tracks an announced tool call; the token fires on `cancel_call`.
+    pub fn track_call(&self, id: &str) -> CancellationToken {
+        let token = CancellationToken::new();
+        self.calls()
+            .insert(id.to_owned(), CallSlot::Live(token.clone()));
+        token
+    }
+
+    /// The cancellation token of a tracked call (a fired token when it was
+    /// cancelled or is unknown, so an untracked call is never sent by mistake
+    /// after a cancel).
+    pub fn call_token(&self, id: &str) -> CancellationToken {
+        match self.calls().get(id) {
+            Some(CallSlot::Live(token)) => token.clone(),
+            Some(CallSlot::Done) => CancellationToken::new(),
+            Some(CallSlot::Cancelled) | None => {
+                let fired = CancellationToken::new();
+                fired.cancel();
+                fired
+            }
+        }
+    }
+
+    /// Marks a call finished (a later cancel answers `not_found`), unless it
+    /// was cancelled.
+    pub fn finish_call(&self, id: &str) {
+        if let Some(slot @ CallSlot::Live(_)) = self.calls().get_mut(id) {
+            *slot = CallSlot::Done;
+        }
+    }
+
+    /// Cancels one tool call without ending the turn.
+    pub fn cancel_call(&self, id: &str) -> CallCancel {
+        let mut calls = self.calls();
+        match calls.get_mut(id) {
+            Some(slot @ CallSlot::Live(_)) => {
+                if let CallSlot::Live(token) = std::mem::replace(slot, CallSlot::Cancelled) {
+                    token.cancel();
+                }
+                CallCancel::Cancelled
+            }
+            Some(CallSlot::Cancelled) => CallCancel::AlreadyCancelled,
+            Some(CallSlot::Done) | None => CallCancel::NotFound,
+        }
+    }
+
+    fn calls(&self) -> MutexGuard<'_, HashMap<String, CallSlot>> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The turn's steering queue (injected messages not yet delivered).

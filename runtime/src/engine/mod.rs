@@ -15,7 +15,7 @@
 mod control;
 mod turn;
 
-pub use control::TurnControl;
+pub use control::{CallCancel, TurnControl};
 pub use turn::{run_turn, TurnDeps, TurnOutcome, TurnSpec};
 
 use async_trait::async_trait;

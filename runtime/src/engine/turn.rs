@@ -63,6 +63,10 @@ pub struct TurnOutcome {
     pub turn_messages: Vec<Message>,
 }
 
+/// Result of a call stopped by `session/cancel_tool_call`.
+const CALL_CANCELLED: &str =
+    "cancelled: a client stopped this tool call (session/cancel_tool_call); \
+                              the turn goes on";
 /// The seed's reason for a call skipped by an interrupt.
 const INTERRUPTED: &str = "a user interrupt arrived before this tool call was dispatched";
 const NOT_SENT: &str = "not dispatched: the turn was stopped before this tool call was sent";
@@ -317,6 +321,7 @@ impl Turn<'_> {
         calls: Vec<ToolCallRequest>,
     ) -> Result<(), Exit> {
         for call in &calls {
+            self.deps.control.track_call(call.id.as_str());
             let (title, kind) = match self.deps.tools.get(&call.name) {
                 Some(tool) => (tool.title(&call.arguments), tool.kind()),
                 None => (call.name.clone(), crate::event::ToolKind::Other),
@@ -345,6 +350,7 @@ impl Turn<'_> {
             cwd: self.spec.cwd.clone(),
             additional_directories: self.spec.additional_directories.clone(),
             processes: Arc::clone(&self.deps.processes),
+            call_id: None,
         };
         let outcomes = join_all(calls.iter().map(|call| self.dispatch(&ctx, call))).await;
         let outcomes = outcomes.into_iter().collect::<Result<Vec<_>, _>>()?;
@@ -419,6 +425,16 @@ impl Turn<'_> {
         ctx: &ToolContext,
         call: &ToolCallRequest,
     ) -> Result<ToolOutcome, SinkError> {
+        let outcome = self.dispatch_one(ctx, call).await;
+        self.deps.control.finish_call(call.id.as_str());
+        outcome
+    }
+
+    async fn dispatch_one(
+        &self,
+        ctx: &ToolContext,
+        call: &ToolCallRequest,
+    ) -> Result<ToolOutcome, SinkError> {
         let settle = |status: ToolOutcomeStatus, content: String| ToolOutcome {
             call: call.clone(),
             status,
@@ -433,6 +449,21 @@ impl Turn<'_> {
             )
             .await?;
             return Ok(settle(ToolOutcomeStatus::Interrupted, NOT_SENT.into()));
+        }
+        // A `session/cancel_tool_call` before dispatch: never sent.
+        let cancelled = self.deps.control.call_token(call.id.as_str());
+        if cancelled.is_cancelled() {
+            self.update(
+                call,
+                ToolCallStatus::Failed,
+                json!({"dispatched": false, "cancelled": true, "reason": CALL_CANCELLED}),
+                CALL_CANCELLED,
+            )
+            .await?;
+            return Ok(settle(
+                ToolOutcomeStatus::Interrupted,
+                CALL_CANCELLED.into(),
+            ));
         }
         let Some(tool) = self.deps.tools.get(&call.name) else {
             let err = ToolError::UnknownTool {
@@ -450,10 +481,26 @@ impl Turn<'_> {
                 content: None,
             })
             .await?;
+        let ctx = ToolContext {
+            call_id: Some(call.id.0.clone()),
+            ..ctx.clone()
+        };
         let result = tokio::select! {
             biased;
             () = self.deps.control.stopped() => None,
-            result = tool.call(ctx, call.arguments.clone()) => Some(result),
+            () = cancelled.cancelled() => {
+                // Only this call's processes; the turn goes on.
+                self.deps.processes.kill_call(call.id.as_str());
+                self.update(
+                    call,
+                    ToolCallStatus::Failed,
+                    json!({"dispatched": true, "cancelled": true, "reason": CALL_CANCELLED}),
+                    CALL_CANCELLED,
+                )
+                .await?;
+                return Ok(settle(ToolOutcomeStatus::Interrupted, CALL_CANCELLED.into()));
+            }
+            result = tool.call(&ctx, call.arguments.clone()) => Some(result),
         };
         match result {
             None => {

@@ -263,6 +263,7 @@ mod tests {
             cwd: cwd.to_path_buf(),
             additional_directories: extra.iter().map(|p| p.to_path_buf()).collect(),
             processes: Arc::new(ProcessGroups::default()),
+            call_id: None,
         }
     }
 

@@ -31,6 +31,9 @@ pub struct ToolContext {
     pub additional_directories: Vec<PathBuf>,
     /// The session's process groups; cancel kills them all.
     pub processes: Arc<ProcessGroups>,
+    /// The tool call being run (its process groups are registered under it so
+    /// `session/cancel_tool_call` can kill just them).
+    pub call_id: Option<String>,
 }
 
 /// A tool's successful result.

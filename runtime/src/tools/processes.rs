@@ -14,7 +14,7 @@
 //! writes suffice: the ledger must survive the death of the berth process, not
 //! of the machine (which takes the children with it).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -24,7 +24,8 @@ use nix::unistd::Pid;
 /// The live process groups of one session.
 #[derive(Debug, Default)]
 pub struct ProcessGroups {
-    groups: Mutex<BTreeSet<i32>>,
+    /// pgid → the tool call that started the group.
+    groups: Mutex<BTreeMap<i32, Option<String>>>,
     ledger: Option<(Arc<ProcessLedger>, String)>,
 }
 
@@ -37,9 +38,10 @@ impl ProcessGroups {
         }
     }
 
-    /// Registers a process group id (the leader's pid).
-    pub fn register(&self, pgid: i32) {
-        self.lock().insert(pgid);
+    /// Registers a process group id (the leader's pid) started by tool call
+    /// `call` (if known).
+    pub fn register(&self, pgid: i32, call: Option<&str>) {
+        self.lock().insert(pgid, call.map(str::to_owned));
         if let Some((ledger, session)) = &self.ledger {
             ledger.record(pgid, session);
         }
@@ -50,7 +52,7 @@ impl ProcessGroups {
     pub fn kill_all(&self) -> usize {
         let groups = std::mem::take(&mut *self.lock());
         groups
-            .into_iter()
+            .into_keys()
             .filter(|&pgid| {
                 let alive = killpg(Pid::from_raw(pgid), Signal::SIGKILL).is_ok();
                 self.forget(pgid);
@@ -59,10 +61,29 @@ impl ProcessGroups {
             .count()
     }
 
+    /// Sends SIGKILL to the groups tool call `call` started and forgets them
+    /// (`session/cancel_tool_call`). Returns how many were still alive.
+    pub fn kill_call(&self, call: &str) -> usize {
+        let mut groups = self.lock();
+        let mine: Vec<i32> = groups
+            .iter()
+            .filter(|(_, c)| c.as_deref() == Some(call))
+            .map(|(&pgid, _)| pgid)
+            .collect();
+        mine.into_iter()
+            .filter(|pgid| {
+                groups.remove(pgid);
+                let alive = killpg(Pid::from_raw(*pgid), Signal::SIGKILL).is_ok();
+                self.forget(*pgid);
+                alive
+            })
+            .count()
+    }
+
     /// Forgets groups that have no members left. Returns how many are alive.
     pub fn prune(&self) -> usize {
         let mut groups = self.lock();
-        groups.retain(|&pgid| {
+        groups.retain(|&pgid, _| {
             let alive = killpg(Pid::from_raw(pgid), None).is_ok();
             if !alive {
                 self.forget(pgid);
@@ -78,7 +99,7 @@ impl ProcessGroups {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<i32>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, Option<String>>> {
         // A poisoned set is still a correct set of pids.
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -197,7 +218,7 @@ mod tests {
             .unwrap();
         let pgid = child.id() as i32;
         let groups = ProcessGroups::with_ledger(Arc::clone(&ledger), "sess_1");
-        groups.register(pgid);
+        groups.register(pgid, Some("call_1"));
         // A group whose leader exited but whose background child lives on.
         let out = std::process::Command::new("sh")
             .args(["-c", "sleep 30 >/dev/null 2>&1 & echo $!"])

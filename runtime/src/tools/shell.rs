@@ -120,7 +120,7 @@ impl Tool for Shell {
                 message: e.to_string(),
             })?;
         if let Some(pid) = child.id() {
-            ctx.processes.register(pid as i32);
+            ctx.processes.register(pid as i32, ctx.call_id.as_deref());
         }
         let (out, err) = (Arc::default(), Arc::default());
         let readers = [
@@ -206,6 +206,7 @@ mod tests {
             cwd: dir.to_path_buf(),
             additional_directories: vec![],
             processes: Arc::new(ProcessGroups::default()),
+            call_id: None,
         }
     }
 

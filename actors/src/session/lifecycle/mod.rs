@@ -3,6 +3,7 @@
 
 pub mod attach;
 pub mod cancel;
+pub mod cancel_tool_call;
 pub mod close;
 pub mod inject;
 pub mod prompt;

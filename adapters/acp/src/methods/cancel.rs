@@ -18,3 +18,31 @@ pub(crate) async fn cancel(conn: &Connection, params: Value) -> Result<Value, Rp
         .map_err(|e| super::receipt_unknown_session(conn, "session/cancel", &id, e))?;
     Ok(json!({ "status": status }))
 }
+
+/// `session/cancel_tool_call {sessionId, toolCallId, reason?}` →
+/// `{status: "cancelled" | "already_cancelled" | "not_found"}`: stops one
+/// call (killing its processes) without ending the turn.
+pub(crate) async fn cancel_tool_call(conn: &Connection, params: Value) -> Result<Value, RpcError> {
+    let id = session_id(&params)?;
+    let call = match params.get("toolCallId") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "toolCallId",
+                "must be a non-empty string",
+            ))
+        }
+        None => return Err(RpcError::invalid_params("toolCallId", "is required")),
+    };
+    let reason = match params.get("reason") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => return Err(RpcError::invalid_params("reason", "must be a string")),
+    };
+    let status = conn
+        .node
+        .cancel_tool_call(&id, &call, reason, &conn.actor())
+        .await
+        .map_err(|e| super::receipt_unknown_session(conn, "session/cancel_tool_call", &id, e))?;
+    Ok(json!({ "status": status }))
+}

@@ -37,6 +37,7 @@ pub async fn handle_request(
         "session/load" => attach::load(conn, params).await,
         "session/resume" => attach::resume(conn, params).await,
         "session/close" => close::close(conn, params).await,
+        "session/cancel_tool_call" => cancel::cancel_tool_call(conn, params).await,
         "session/inject" => inject::inject(conn, params).await,
         "session/revoke_inject" => inject::revoke(conn, params).await,
         "session/replace_inject" => inject::replace(conn, params).await,
