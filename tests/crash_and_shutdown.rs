@@ -326,3 +326,54 @@ fn sigterm_stops_cleanly_kills_session_processes_and_the_turn_is_sealed_at_resta
         "process_restarted"
     );
 }
+
+#[test]
+fn the_session_view_hashes_are_the_same_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cwd, script) = (
+        dir.path().join("data"),
+        dir.path().join("work"),
+        dir.path().join("s.toml"),
+    );
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::write(&script, SCRIPT).unwrap();
+    let mut server = Server::start(&data, &script);
+    server.send(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = server.until(1).1["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.send(
+        2,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
+    );
+    server.until(2);
+    server.send(3, "berth.session_view.query", json!({"sessionId": sid}));
+    let before = server.until(3).1["result"].clone();
+    assert_eq!(before["schema"], "berth.session_view.v1");
+    assert_eq!(before["run"]["status"], "idle");
+    assert_eq!(before["messageCount"], 2);
+    assert_eq!(before["prefix_hash"].as_str().map(str::len), Some(64));
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+
+    let mut server = Server::start(&data, &script);
+    server.send(1, "session/load", json!({"sessionId": sid}));
+    server.until(1);
+    server.send(2, "_berth/session_view", json!({"sessionId": sid}));
+    let after = server.until(2).1["result"].clone();
+    assert_eq!(after, before, "same history, same projection, same hashes");
+    // A new turn extends the prefix: the old hash no longer names the whole history.
+    server.send(
+        3,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
+    );
+    server.until(3);
+    server.send(4, "berth.session_view.query", json!({"sessionId": sid}));
+    let later = server.until(4).1["result"].clone();
+    assert_ne!(later["prefix_hash"], before["prefix_hash"]);
+    assert_eq!(later["messageCount"], 4);
+}

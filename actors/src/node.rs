@@ -346,6 +346,15 @@ impl Node {
         .await?
     }
 
+    /// `berth.session_view.query`: the session's `berth.session_view.v1`
+    /// projection with its `projection_hash` and `prefix_hash`.
+    ///
+    /// # Errors
+    /// `UnknownSession`.
+    pub async fn session_view(&self, id: &SessionId) -> Result<Value, ControlError> {
+        self.call(id, |reply| SessionMsg::View { reply }).await
+    }
+
     /// `session/pending_injections`: the running turn's undelivered messages, FIFO.
     ///
     /// # Errors

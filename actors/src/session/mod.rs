@@ -98,6 +98,11 @@ pub enum SessionMsg {
         /// `cancelled`, `already_cancelled` or `not_found`.
         reply: RpcReplyPort<Result<CallCancel, ControlError>>,
     },
+    /// `berth.session_view.query`: the `berth.session_view.v1` projection.
+    View {
+        /// The projection.
+        reply: RpcReplyPort<serde_json::Value>,
+    },
     /// `session/pending_injections`: undelivered messages, FIFO.
     PendingInjections {
         /// The list.
@@ -305,6 +310,10 @@ impl Actor for SessionActor {
                 )
                 .await;
                 let _ = reply.send(answer);
+                Ok(())
+            }
+            SessionMsg::View { reply } => {
+                let _ = reply.send(lifecycle::view::view(state));
                 Ok(())
             }
             SessionMsg::PendingInjections { reply } => {

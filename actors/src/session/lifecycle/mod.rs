@@ -9,3 +9,4 @@ pub mod inject;
 pub mod prompt;
 pub mod retract;
 pub mod status;
+pub mod view;

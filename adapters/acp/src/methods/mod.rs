@@ -42,6 +42,11 @@ pub async fn handle_request(
         "session/revoke_inject" => inject::revoke(conn, params).await,
         "session/replace_inject" => inject::replace(conn, params).await,
         "session/pending_injections" => inject::pending(conn, params).await,
+        // The seed's name, and the `_`-prefixed form ACP requires of custom methods.
+        "berth.session_view.query" | "_berth/session_view" => {
+            let id = session_id(&params)?;
+            Ok(conn.node.session_view(&id).await?)
+        }
         "session/set_mode" => modes::set_mode(conn, params).await,
         "session/set_config_option" => modes::set_config_option(conn, params).await,
         _ => Err(RpcError::method_not_found(method)),

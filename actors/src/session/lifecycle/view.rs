@@ -1,0 +1,66 @@
+//! `berth.session_view.query`: what the session has done, as the
+//! `berth.session_view.v1` projection (`remote-session-control.md`, "Status",
+//! "What resumed from can actually name").
+
+use berth_runtime::steering::Injection;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::super::SessionState;
+
+/// The projection's schema name.
+pub const SCHEMA: &str = "berth.session_view.v1";
+
+/// Builds the projection:
+///
+/// ```json
+/// {"schema": "berth.session_view.v1", "sessionId": "…",
+///  "run": {"status": "idle" | "running" | "closed", "turnId": "…"?},
+///  "pending": {"approvals": [], "auth": [], "injections": [{messageId, mode}]},
+///  "lastEventId": 42, "messageCount": 12,
+///  "prefix_hash": "…", "projection_hash": "…"}
+/// ```
+///
+/// `prefix_hash` is the transcript's SHA-256 chain (message *n* hashed onto the
+/// hash of the first *n − 1*), so two clients that agree on it agree on the
+/// whole history up to that point, across restarts. `projection_hash` is
+/// SHA-256 over the canonical JSON (sorted keys, no whitespace) of every other
+/// field. `pending.approvals` and `pending.auth` are empty until tools ask for
+/// permission and providers for logins.
+pub(crate) fn view(state: &SessionState) -> Value {
+    let (status, turn_id) = match (&state.turn, state.record.closed_at) {
+        (_, Some(_)) => ("closed", None),
+        (Some(turn), None) => ("running", Some(turn.turn_id.clone())),
+        (None, None) => ("idle", None),
+    };
+    let injections: Vec<Value> = state
+        .turn
+        .as_ref()
+        .map(|t| t.control.steering().pending().map(summary).collect())
+        .unwrap_or_default();
+    let mut run = json!({ "status": status });
+    if let Some(turn_id) = turn_id {
+        run["turnId"] = json!(turn_id);
+    }
+    let mut view = json!({
+        "schema": SCHEMA,
+        "sessionId": state.record.session_id,
+        "run": run,
+        "pending": {"approvals": [], "auth": [], "injections": injections},
+        "lastEventId": state.watchers.last_event_id(),
+        "messageCount": state.transcript.len(),
+        "prefix_hash": state.transcript.fingerprint(),
+    });
+    // serde_json objects keep keys sorted, so this encoding is canonical.
+    let canonical = serde_json::to_vec(&view).unwrap_or_default();
+    let hash: String = Sha256::digest(&canonical)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    view["projection_hash"] = json!(hash);
+    view
+}
+
+fn summary(injection: &Injection) -> Value {
+    json!({"messageId": injection.message_id, "mode": injection.mode})
+}
