@@ -6,6 +6,7 @@
 //! model = "scripted"               # scripted | scripted:PATH | openai:MODEL
 //! max_model_calls = 50             # per turn
 //! quick_repair = false             # redb quick-repair (faster crash recovery, slower commits)
+//! completion_judge = false         # restate an unmet request as a corrective directive at end of turn
 //!
 //! [acp]
 //! max_frame_bytes = 8388608        # longest accepted line (bytes)
@@ -71,6 +72,7 @@ pub struct FileConfig {
     model: Option<String>,
     max_model_calls: Option<u32>,
     quick_repair: Option<bool>,
+    completion_judge: Option<bool>,
     #[serde(default)]
     acp: AcpSection,
     #[serde(default)]
@@ -83,6 +85,7 @@ pub struct Settings {
     pub model: Arc<dyn ModelProvider>,
     pub max_model_calls: u32,
     pub quick_repair: bool,
+    pub completion_judge: bool,
     pub acp: ServeOptions,
 }
 
@@ -140,6 +143,7 @@ impl FileConfig {
             model,
             max_model_calls: self.max_model_calls.unwrap_or(50).max(1),
             quick_repair: self.quick_repair.unwrap_or(false),
+            completion_judge: self.completion_judge.unwrap_or(false),
             acp,
         })
     }

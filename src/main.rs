@@ -67,6 +67,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut node_config = NodeConfig::new(&settings.data_dir, settings.model);
     node_config.max_model_calls = settings.max_model_calls;
     node_config.quick_repair = settings.quick_repair;
+    if settings.completion_judge {
+        node_config.completion_judge = Some(std::sync::Arc::new(
+            berth_runtime::directives::ObjectiveJudge,
+        ));
+    }
     let node = Node::start(node_config).await.with_context(|| {
         format!(
             "cannot start berth on data dir {}",

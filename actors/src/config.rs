@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use berth_runtime::clock::{Clock, SystemClock};
+use berth_runtime::directives::CompletionJudge;
 use berth_runtime::ids::{IdSource, RandomIds};
 use berth_runtime::model::ModelProvider;
 use berth_runtime::tools::ToolSet;
@@ -25,10 +26,14 @@ pub struct NodeConfig {
     pub clock: Arc<dyn Clock>,
     /// Id source.
     pub ids: Arc<dyn IdSource>,
+    /// The completion judge every turn runs at the model's end of turn, if any
+    /// (off by default; `completion_judge = true` in the config file).
+    pub completion_judge: Option<Arc<dyn CompletionJudge>>,
 }
 
 impl NodeConfig {
-    /// Defaults: built-in tools, 50 model calls per turn, system clock, random ids.
+    /// Defaults: built-in tools, 50 model calls per turn, system clock, random
+    /// ids, no completion judge.
     pub fn new(data_dir: impl Into<PathBuf>, model: Arc<dyn ModelProvider>) -> Self {
         Self {
             data_dir: data_dir.into(),
@@ -38,6 +43,7 @@ impl NodeConfig {
             quick_repair: false,
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
+            completion_judge: None,
         }
     }
 }

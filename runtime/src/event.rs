@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::content::Prompt;
+use crate::directives::Directive;
 use crate::ids::{ToolCallId, TurnId};
 use crate::model::Usage;
 use crate::steering::{Injection, Seam};
@@ -134,6 +135,18 @@ pub enum SessionEvent {
         /// Why it was not delivered.
         reason: String,
     },
+    /// A directive was registered on the authority ladder: applied (now in
+    /// front of the model) or overruled by a higher one. Renders as
+    /// `_berth/agentEvent` `directive`.
+    Directive {
+        /// The directive.
+        directive: Directive,
+        /// Whether it is in force.
+        applied: bool,
+        /// The directive that outranks it, when it was overruled.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        overruled_by: Option<Directive>,
+    },
     /// The receipt of one arbitrated control (`remote-session-control.md`,
     /// "Receipts"): emitted for accepted, idempotent and rejected controls.
     /// Renders as `_berth/agentEvent` `control_outcome`.
@@ -159,6 +172,7 @@ impl SessionEvent {
             SessionEvent::InjectionReplaced { .. } => "injection_replaced",
             SessionEvent::InjectionDropped { .. } => "injection_dropped",
             SessionEvent::ControlOutcome(_) => "control_outcome",
+            SessionEvent::Directive { .. } => "directive",
             SessionEvent::SessionClosed {} => "session_closed",
         }
     }

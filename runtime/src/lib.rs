@@ -14,6 +14,7 @@
 //! - [`model`]: the [`model::ModelProvider`] trait and the `scripted` and `openai`
 //!   providers.
 //! - [`tools`]: the [`tools::Tool`] trait and the `shell`, `read_file`, `write_file` tools.
+//! - [`directives`]: the authority ladder and the completion judge.
 //! - [`steering`]: injected messages (`session/inject`) and the seams that drain them.
 //! - [`engine`]: [`engine::run_turn`], the turn loop (model call → tool batch → …).
 
@@ -21,6 +22,7 @@
 
 pub mod clock;
 pub mod content;
+pub mod directives;
 pub mod engine;
 pub mod event;
 pub mod frame;

@@ -76,6 +76,7 @@ fn deps(model: Arc<dyn ModelProvider>) -> TurnDeps {
         tools: ToolSet::builtin(),
         processes: Arc::new(ProcessGroups::default()),
         control: Arc::new(TurnControl::default()),
+        judge: None,
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use berth_runtime::content::Prompt;
+use berth_runtime::directives::{Authority, CompletionJudge, ObjectiveJudge};
 use berth_runtime::engine::{
     run_turn, SinkError, TurnControl, TurnDeps, TurnOutcome, TurnSink, TurnSpec,
 };
@@ -105,6 +106,10 @@ struct Run {
 }
 
 async fn run(prompt: &str, hook: Hook) -> Run {
+    run_judged(prompt, hook, None).await
+}
+
+async fn run_judged(prompt: &str, hook: Hook, judge: Option<Arc<dyn CompletionJudge>>) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let model = Arc::new(Recording {
         inner: ScriptedModel::parse(SCRIPT, "toml", "scripted:seams").unwrap(),
@@ -116,6 +121,7 @@ async fn run(prompt: &str, hook: Hook) -> Run {
         tools: ToolSet::builtin(),
         processes: Arc::new(ProcessGroups::default()),
         control: Arc::clone(&control),
+        judge,
     };
     let spec = TurnSpec {
         session_id: SessionId::from("sess_s"),
@@ -321,4 +327,63 @@ async fn pending_steers_of_a_stopped_turn_are_dropped_not_lost() {
         |e| matches!(e, SessionEvent::InjectionDropped { message_id, .. } if message_id == "late")
     ));
     assert!(delivered(&r.events).is_empty());
+}
+
+fn directives(events: &[SessionEvent]) -> Vec<(String, Authority, bool)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Directive {
+                directive, applied, ..
+            } => Some((directive.source.clone(), directive.authority, *applied)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_steer_outranks_the_completion_judge() {
+    let judge: Option<Arc<dyn CompletionJudge>> = Some(Arc::new(ObjectiveJudge));
+    // Without a steer the judge restates the unmet request and the loop goes on.
+    let r = run_judged(
+        "quick",
+        once_at("never", "x", InjectMode::Steer, ""),
+        judge.clone(),
+    )
+    .await;
+    assert_eq!(
+        directives(&r.events),
+        vec![("completion_judge".into(), Authority::Corrective, true)]
+    );
+    // With a steer, its contract directive holds: the judge is overruled and
+    // the final answer follows the steer.
+    let mut fired = false;
+    let r = run_judged(
+        "quick",
+        Box::new(move |event, control| {
+            if !fired && event.type_name() == "agent_message_chunk" {
+                fired = true;
+                inject(control, "m3", InjectMode::Steer, "prefer the smaller fix");
+            }
+        }),
+        judge,
+    )
+    .await;
+    assert_eq!(
+        directives(&r.events),
+        vec![
+            ("steer".into(), Authority::Contract, true),
+            ("completion_judge".into(), Authority::Corrective, false)
+        ]
+    );
+    assert_eq!(final_text(&r.outcome), "Doing the smaller fix.");
+    let overruled = r.events.iter().find_map(|e| match e {
+        SessionEvent::Directive {
+            applied: false,
+            overruled_by,
+            ..
+        } => overruled_by.clone(),
+        _ => None,
+    });
+    assert_eq!(overruled.map(|d| d.source), Some("steer".into()));
 }

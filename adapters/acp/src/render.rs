@@ -154,6 +154,7 @@ pub fn render_notice(notice: &SessionNotice) -> Vec<String> {
         | SessionEvent::InjectionRevoked { .. }
         | SessionEvent::InjectionReplaced { .. }
         | SessionEvent::InjectionDropped { .. }
-        | SessionEvent::ControlOutcome(_) => vec![agent_event(notice, event)],
+        | SessionEvent::ControlOutcome(_)
+        | SessionEvent::Directive { .. } => vec![agent_event(notice, event)],
     }
 }

@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 
 use super::{SinkError, TurnControl, TurnSink};
 use crate::content::Prompt;
+use crate::directives::{Authority, CompletionJudge, Directive, DirectiveSet, Registered};
 use crate::event::{SessionEvent, ToolCallStatus};
 use crate::frame::{
     fingerprint, Accounting, Frame, Phase, ToolOutcome, ToolOutcomeStatus, FRAME_VERSION,
@@ -50,6 +51,9 @@ pub struct TurnDeps {
     pub processes: Arc<ProcessGroups>,
     /// The control block the actor steers the turn through.
     pub control: Arc<TurnControl>,
+    /// The completion judge, when enabled: at the model's end of turn it may
+    /// restate the original request as a `corrective` directive.
+    pub judge: Option<Arc<dyn CompletionJudge>>,
 }
 
 /// How a turn ended.
@@ -93,6 +97,8 @@ struct Turn<'a> {
     turn_messages: Vec<Message>,
     history_fingerprint: String,
     config_fingerprint: String,
+    directives: DirectiveSet,
+    judged: bool,
 }
 
 /// Runs one prompt turn to its terminal.
@@ -115,6 +121,8 @@ pub async fn run_turn(spec: &TurnSpec, deps: &TurnDeps, sink: &dyn TurnSink) -> 
             deps.tools.specs(),
             spec.max_model_calls,
         )),
+        directives: DirectiveSet::default(),
+        judged: false,
     };
     let terminal = match turn.run().await {
         Ok(terminal) => terminal,
@@ -180,7 +188,7 @@ impl Turn<'_> {
                 ModelStop::EndTurn | ModelStop::ToolUse if response.tool_calls.is_empty() => {
                     // Seam: turn_end. A steer or interrupt that arrived during
                     // the last answer keeps the loop going: the model reads it.
-                    if self.deliver(Seam::TurnEnd).await? > 0 {
+                    if self.deliver(Seam::TurnEnd).await? > 0 || self.judge(&response.text).await? {
                         iteration += 1;
                         continue;
                     }
@@ -279,22 +287,73 @@ impl Turn<'_> {
         let mut visible = 0;
         for injection in due {
             let text = injection.content.to_model_text();
-            self.turn_messages.push(match injection.mode {
-                InjectMode::Steer => Message::User {
-                    text: format!("<directive authority=\"contract\">{text}</directive>"),
-                },
-                InjectMode::InterruptImmediate => Message::User { text },
-                InjectMode::Queue => Message::Queued {
-                    message_id: injection.message_id.clone(),
-                    text,
-                },
-            });
-            visible += usize::from(injection.mode != InjectMode::Queue);
+            let mode = injection.mode;
+            let message_id = injection.message_id.clone();
             self.sink
                 .emit(SessionEvent::InjectionDelivered { injection, seam })
                 .await?;
+            match mode {
+                // A delivered steer is a contract on the objective: no
+                // completion judge can undo it.
+                InjectMode::Steer => {
+                    let directive = Directive {
+                        authority: Authority::Contract,
+                        key: "objective".into(),
+                        text,
+                        source: "steer".into(),
+                    };
+                    visible += usize::from(self.register(directive).await?);
+                }
+                InjectMode::InterruptImmediate => {
+                    self.turn_messages.push(Message::User { text });
+                    visible += 1;
+                }
+                InjectMode::Queue => self
+                    .turn_messages
+                    .push(Message::Queued { message_id, text }),
+            }
         }
         Ok(visible)
+    }
+
+    /// Registers a directive on the ladder; when it is in force it is put in
+    /// front of the model. Journals the decision either way. Returns whether
+    /// it was applied.
+    async fn register(&mut self, directive: Directive) -> Result<bool, SinkError> {
+        let outcome = self.directives.register(directive.clone());
+        let (applied, overruled_by) = match outcome {
+            Registered::Applied { .. } => (true, None),
+            Registered::Overruled { by } => (false, Some(by)),
+        };
+        if applied {
+            self.turn_messages.push(Message::User {
+                text: directive.render(),
+            });
+        }
+        self.sink
+            .emit(SessionEvent::Directive {
+                directive,
+                applied,
+                overruled_by,
+            })
+            .await?;
+        Ok(applied)
+    }
+
+    /// Runs the completion judge once per turn on the model's final answer.
+    /// Returns whether its corrective directive is in force (the loop then
+    /// goes on so the model reads it).
+    async fn judge(&mut self, final_answer: &str) -> Result<bool, SinkError> {
+        let Some(judge) = self.deps.judge.clone() else {
+            return Ok(false);
+        };
+        if std::mem::replace(&mut self.judged, true) {
+            return Ok(false);
+        }
+        match judge.judge(&self.spec.prompt.to_model_text(), final_answer) {
+            Some(directive) => self.register(directive).await,
+            None => Ok(false),
+        }
     }
 
     /// The loop-exit seam: delivers queued messages; anything still pending

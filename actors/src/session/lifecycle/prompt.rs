@@ -104,6 +104,7 @@ pub(crate) async fn start(
         tools: env.config.tools.clone(),
         processes: Arc::clone(&state.processes),
         control: Arc::clone(&control),
+        judge: env.config.completion_judge.clone(),
     };
     let sink = JournalSink {
         env,
