@@ -232,6 +232,7 @@ impl Node {
             created_at: now,
             updated_at: now,
             closed_at: None,
+            checkpoint_head: 0,
         };
         self.env
             .journal
@@ -340,6 +341,25 @@ impl Node {
         self.call(id, |reply| SessionMsg::CancelToolCall {
             tool_call_id: tool_call_id.to_owned(),
             reason: reason.map(str::to_owned),
+            actor: actor.to_owned(),
+            reply,
+        })
+        .await?
+    }
+
+    /// `session/rollback` (`redo: false`) or `session/redo`: pops or pushes
+    /// back the last completed turn. Returns the wire result object.
+    ///
+    /// # Errors
+    /// `UnknownSession`, `Storage`, `ActorFailed` (a file could not be restored).
+    pub async fn rollback(
+        &self,
+        id: &SessionId,
+        redo: bool,
+        actor: &str,
+    ) -> Result<Value, ControlError> {
+        self.call(id, |reply| SessionMsg::Rollback {
+            redo,
             actor: actor.to_owned(),
             reply,
         })

@@ -135,6 +135,16 @@ pub enum SessionEvent {
         /// Why it was not delivered.
         reason: String,
     },
+    /// `session/rollback` popped the last turn (transcript and files).
+    TurnRolledBack {
+        /// The checkpoint used (`turn_<uuid>`).
+        checkpoint_id: String,
+    },
+    /// `session/redo` pushed a rolled-back turn back.
+    TurnRedone {
+        /// The checkpoint used.
+        checkpoint_id: String,
+    },
     /// A directive was registered on the authority ladder: applied (now in
     /// front of the model) or overruled by a higher one. Renders as
     /// `_berth/agentEvent` `directive`.
@@ -173,6 +183,8 @@ impl SessionEvent {
             SessionEvent::InjectionDropped { .. } => "injection_dropped",
             SessionEvent::ControlOutcome(_) => "control_outcome",
             SessionEvent::Directive { .. } => "directive",
+            SessionEvent::TurnRolledBack { .. } => "turn_rolled_back",
+            SessionEvent::TurnRedone { .. } => "turn_redone",
             SessionEvent::SessionClosed {} => "session_closed",
         }
     }

@@ -6,7 +6,7 @@ use berth_runtime::history::Message;
 use berth_runtime::ids::{SessionId, TurnId};
 use serde::Serialize;
 
-use crate::records::{OpenTurn, SessionRecord};
+use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
 
 /// One write, already encoded (encoding happens in the caller, off the writer thread).
 #[derive(Debug, Clone)]
@@ -37,6 +37,19 @@ pub(crate) enum Op {
     },
     CloseTurn {
         id: String,
+    },
+    PutCheckpoint {
+        id: String,
+        seq: u64,
+        value: Vec<u8>,
+    },
+    DeleteCheckpointsFrom {
+        id: String,
+        seq: u64,
+    },
+    TruncateTranscript {
+        id: String,
+        from: u64,
     },
 }
 
@@ -136,6 +149,40 @@ impl Batch {
         self.ops.push(Op::OpenTurn {
             id: turn.session_id.0.clone(),
             value: json(turn),
+        });
+        self
+    }
+
+    /// Stores the session's checkpoint number `seq`.
+    pub fn put_checkpoint(
+        mut self,
+        session: &SessionId,
+        seq: u64,
+        checkpoint: &TurnCheckpoint,
+    ) -> Self {
+        self.ops.push(Op::PutCheckpoint {
+            id: session.0.clone(),
+            seq,
+            value: json(checkpoint),
+        });
+        self
+    }
+
+    /// Deletes the session's checkpoints numbered `seq` and above (a new turn
+    /// discards what was rolled back).
+    pub fn delete_checkpoints_from(mut self, session: &SessionId, seq: u64) -> Self {
+        self.ops.push(Op::DeleteCheckpointsFrom {
+            id: session.0.clone(),
+            seq,
+        });
+        self
+    }
+
+    /// Drops transcript entries `from` and above (rollback).
+    pub fn truncate_transcript(mut self, session: &SessionId, from: u64) -> Self {
+        self.ops.push(Op::TruncateTranscript {
+            id: session.0.clone(),
+            from,
         });
         self
     }

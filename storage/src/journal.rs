@@ -13,8 +13,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::batch::Batch;
 use crate::error::StorageError;
-use crate::records::{OpenTurn, SessionRecord};
-use crate::tables::{EVENTS, FRAMES, OPEN_TURNS, SESSIONS, TRANSCRIPTS};
+use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
+use crate::tables::{CHECKPOINTS, EVENTS, FRAMES, OPEN_TURNS, SESSIONS, TRANSCRIPTS};
 use crate::writer::{self, Request};
 
 /// How the journal commits.
@@ -92,7 +92,7 @@ impl Journal {
         for table in [SESSIONS, FRAMES, OPEN_TURNS] {
             txn.open_table(table).map_err(|e| open_err(e.to_string()))?;
         }
-        for table in [EVENTS, TRANSCRIPTS] {
+        for table in [EVENTS, TRANSCRIPTS, CHECKPOINTS] {
             txn.open_table(table).map_err(|e| open_err(e.to_string()))?;
         }
         txn.commit().map_err(|e| open_err(e.to_string()))?;
@@ -254,6 +254,27 @@ impl Journal {
             Some(entry) => entry?.0.value().1 + 1,
             None => 0,
         })
+    }
+
+    /// The session's checkpoint number `seq` (from 1), if it exists.
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn checkpoint(
+        &self,
+        id: &SessionId,
+        seq: u64,
+    ) -> Result<Option<TurnCheckpoint>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(CHECKPOINTS)?;
+        match table.get((id.as_str(), seq))? {
+            Some(v) => Ok(Some(decode(
+                "checkpoints",
+                &format!("{id}/{seq}"),
+                v.value(),
+            )?)),
+            None => Ok(None),
+        }
     }
 
     /// The latest frame of the session's open turn, if it checkpointed one.

@@ -26,4 +26,4 @@ mod writer;
 pub use batch::Batch;
 pub use error::StorageError;
 pub use journal::{Journal, JournalOptions};
-pub use records::{OpenTurn, SessionRecord};
+pub use records::{OpenTurn, SessionRecord, TurnCheckpoint};

@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
+use berth_runtime::history::Message;
 use berth_runtime::ids::{SessionId, TurnId};
+use berth_runtime::tools::FileChange;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -33,6 +35,27 @@ pub struct SessionRecord {
     /// When it was closed; a closed session refuses prompts.
     #[serde(default)]
     pub closed_at: Option<DateTime<Utc>>,
+    /// How many turn checkpoints are applied; checkpoints above it were rolled
+    /// back and can be redone (until the next turn discards them).
+    #[serde(default)]
+    pub checkpoint_head: u64,
+}
+
+/// A turn checkpoint (table `checkpoints`, key `(session, seq)` with `seq`
+/// from 1): what `session/rollback` undoes and `session/redo` re-applies
+/// (`remote-session-control.md`, "Turn checkpoints").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnCheckpoint {
+    /// `turn_<uuid>`: the id of the turn it captures.
+    pub checkpoint_id: String,
+    /// Transcript length before the turn.
+    pub before_message_count: u64,
+    /// Transcript length after it.
+    pub after_message_count: u64,
+    /// The turn's transcript messages (re-appended by redo).
+    pub messages: Vec<Message>,
+    /// Files the turn's tools changed, with their text before and after.
+    pub files: Vec<FileChange>,
 }
 
 /// A turn that started and has not been sealed (table `open_turns`). After a

@@ -14,3 +14,5 @@ pub const TRANSCRIPTS: TableDefinition<(&str, u64), &[u8]> =
     TableDefinition::new("transcript_messages");
 /// session id → [`OpenTurn`](crate::OpenTurn).
 pub const OPEN_TURNS: TableDefinition<&str, &[u8]> = TableDefinition::new("open_turns");
+/// (session id, seq) → [`TurnCheckpoint`](crate::TurnCheckpoint).
+pub const CHECKPOINTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("checkpoints");

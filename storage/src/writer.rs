@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::batch::{Batch, Op};
 use crate::error::StorageError;
 use crate::records::OpenTurn;
-use crate::tables::{EVENTS, FRAMES, OPEN_TURNS, SESSIONS, TRANSCRIPTS};
+use crate::tables::{CHECKPOINTS, EVENTS, FRAMES, OPEN_TURNS, SESSIONS, TRANSCRIPTS};
 
 /// Most requests folded into one transaction.
 pub(crate) const MAX_GROUP: usize = 1024;
@@ -108,6 +108,7 @@ fn apply_all(
     let mut frames = txn.open_table(FRAMES)?;
     let mut transcripts = txn.open_table(TRANSCRIPTS)?;
     let mut open_turns = txn.open_table(OPEN_TURNS)?;
+    let mut checkpoints = txn.open_table(CHECKPOINTS)?;
     // Last event id per session, as of this transaction.
     let mut last: HashMap<&str, u64> = HashMap::new();
     let mut out = Vec::with_capacity(group.len());
@@ -158,6 +159,17 @@ fn apply_all(
                 }
                 Op::CloseTurn { id } => {
                     open_turns.remove(id.as_str())?;
+                }
+                Op::PutCheckpoint { id, seq, value } => {
+                    checkpoints.insert((id.as_str(), *seq), value.as_slice())?;
+                }
+                Op::DeleteCheckpointsFrom { id, seq } => {
+                    checkpoints
+                        .retain_in((id.as_str(), *seq)..=(id.as_str(), u64::MAX), |_, _| false)?;
+                }
+                Op::TruncateTranscript { id, from } => {
+                    transcripts
+                        .retain_in((id.as_str(), *from)..=(id.as_str(), u64::MAX), |_, _| false)?;
                 }
             }
         }

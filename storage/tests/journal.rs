@@ -27,6 +27,7 @@ fn session(id: &str) -> SessionRecord {
         created_at: at(),
         updated_at: at(),
         closed_at: None,
+        checkpoint_head: 0,
     }
 }
 

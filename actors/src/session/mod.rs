@@ -98,6 +98,15 @@ pub enum SessionMsg {
         /// `cancelled`, `already_cancelled` or `not_found`.
         reply: RpcReplyPort<Result<CallCancel, ControlError>>,
     },
+    /// `session/rollback` (`redo: false`) or `session/redo`.
+    Rollback {
+        /// Redo instead of rollback.
+        redo: bool,
+        /// Who sent it.
+        actor: String,
+        /// The wire result object.
+        reply: RpcReplyPort<Result<serde_json::Value, ControlError>>,
+    },
     /// `berth.session_view.query`: the `berth.session_view.v1` projection.
     View {
         /// The projection.
@@ -175,15 +184,26 @@ impl SessionState {
     /// # Errors
     /// [`ControlError::Storage`]; nothing was written.
     pub(crate) async fn record(&self, events: Vec<SessionEvent>) -> Result<(), ControlError> {
+        self.record_with(Batch::new(), events).await
+    }
+
+    /// Like [`SessionState::record`], with `batch`'s other writes committed
+    /// atomically in the same transaction.
+    ///
+    /// # Errors
+    /// [`ControlError::Storage`]; nothing was written.
+    pub(crate) async fn record_with(
+        &self,
+        batch: Batch,
+        events: Vec<SessionEvent>,
+    ) -> Result<(), ControlError> {
         let now = self.env.config.clock.now();
         let session_id = &self.record.session_id;
         let records: Vec<EventRecord> = events
             .into_iter()
             .map(|event| EventRecord { at: now, event })
             .collect();
-        let batch = records
-            .iter()
-            .fold(Batch::new(), |b, r| b.append(session_id, r));
+        let batch = records.iter().fold(batch, |b, r| b.append(session_id, r));
         let ids = self.env.journal.commit(batch).await?;
         self.watchers.publish(
             session_id,
@@ -310,6 +330,10 @@ impl Actor for SessionActor {
                 )
                 .await;
                 let _ = reply.send(answer);
+                Ok(())
+            }
+            SessionMsg::Rollback { redo, actor, reply } => {
+                let _ = reply.send(lifecycle::rollback::rollback(state, redo, &actor).await);
                 Ok(())
             }
             SessionMsg::View { reply } => {

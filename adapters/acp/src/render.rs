@@ -155,6 +155,8 @@ pub fn render_notice(notice: &SessionNotice) -> Vec<String> {
         | SessionEvent::InjectionReplaced { .. }
         | SessionEvent::InjectionDropped { .. }
         | SessionEvent::ControlOutcome(_)
-        | SessionEvent::Directive { .. } => vec![agent_event(notice, event)],
+        | SessionEvent::Directive { .. }
+        | SessionEvent::TurnRolledBack { .. }
+        | SessionEvent::TurnRedone { .. } => vec![agent_event(notice, event)],
     }
 }

@@ -23,6 +23,18 @@ steps = [ { tool_call = { name = "shell", arguments = { command = "sleep 30" } }
 match = "hi"
 steps = [ { text = "hello" } ]
 [[rules]]
+match = "write v1"
+steps = [ { tool_call = { name = "write_file", arguments = { path = "{cwd}/a.txt", content = "v1" } } }, { text = "wrote v1" } ]
+[[rules]]
+match = "write v2"
+steps = [
+  { tool_calls = [
+      { name = "write_file", arguments = { path = "{cwd}/a.txt", content = "v2" } },
+      { name = "write_file", arguments = { path = "{cwd}/new/b.txt", content = "b" } },
+  ] },
+  { text = "wrote v2" },
+]
+[[rules]]
 match = "two jobs"
 steps = [
   { tool_calls = [
@@ -725,4 +737,96 @@ async fn cancel_tool_call_stops_one_call_and_the_turn_goes_on() {
         .exchange("session/cancel_tool_call", json!({"sessionId": sid}))
         .await;
     assert_eq!(error_of(&r).1["field"], "toolCallId");
+}
+
+#[tokio::test]
+async fn rollback_and_redo_move_the_transcript_and_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let (r, _) = c
+        .exchange("session/rollback", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(r["result"]["status"], "nothing_to_rollback");
+    for text in ["write v1", "write v2"] {
+        let (r, _) = c
+            .exchange(
+                "session/prompt",
+                json!({"sessionId": sid, "prompt": [{"type":"text","text":text}]}),
+            )
+            .await;
+        assert_eq!(r["result"]["stopReason"], "end_turn");
+    }
+    let a = dir.path().join("a.txt");
+    let b = dir.path().join("new/b.txt");
+    let count = |v: &Value| v["result"]["messageCount"].as_u64().unwrap();
+    let (view, _) = c
+        .exchange("berth.session_view.query", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(
+        count(&view),
+        9,
+        "4 messages for the first turn, 5 for the second (two tool results)"
+    );
+
+    let (r, _) = c
+        .exchange("session/rollback", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(r["result"]["status"], "rolled_back");
+    assert!(r["result"]["checkpointId"]
+        .as_str()
+        .unwrap()
+        .starts_with("turn_"));
+    assert_eq!(
+        (
+            r["result"]["beforeMessageCount"].as_u64(),
+            r["result"]["afterMessageCount"].as_u64()
+        ),
+        (Some(4), Some(9))
+    );
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "v1");
+    assert!(!b.exists());
+    let (view, _) = c
+        .exchange("berth.session_view.query", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(count(&view), 4);
+
+    let (r, _) = c.exchange("session/redo", json!({"sessionId": sid})).await;
+    assert_eq!(r["result"]["status"], "redone");
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "v2");
+    assert_eq!(std::fs::read_to_string(&b).unwrap(), "b");
+    let (r, _) = c.exchange("session/redo", json!({"sessionId": sid})).await;
+    assert_eq!(r["result"]["status"], "nothing_to_redo");
+
+    // Two rollbacks take both turns back; a new turn discards the redo stack.
+    c.exchange("session/rollback", json!({"sessionId": sid}))
+        .await;
+    let (r, _) = c
+        .exchange("session/rollback", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(r["result"]["status"], "rolled_back");
+    assert!(!a.exists(), "a.txt did not exist before the first turn");
+    let (r, _) = c
+        .exchange(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]}),
+        )
+        .await;
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    let (r, _) = c.exchange("session/redo", json!({"sessionId": sid})).await;
+    assert_eq!(r["result"]["status"], "nothing_to_redo");
+
+    // Refused while a prompt runs.
+    let prompt = c
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"slow"}]}),
+        )
+        .await;
+    let (r, _) = c
+        .exchange("session/rollback", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(r["result"]["status"], "prompt_active");
+    c.response(prompt).await;
 }

@@ -19,7 +19,7 @@ use crate::ids::{SessionId, TurnId};
 use crate::model::{ModelDelta, ModelProvider, ModelRequest, ModelResponse, ModelStop, Usage};
 use crate::steering::{InjectMode, Injection, Seam};
 use crate::terminal::{Terminal, TerminalKind};
-use crate::tools::{ProcessGroups, ToolContext, ToolError, ToolSet};
+use crate::tools::{FileChange, ProcessGroups, ToolContext, ToolError, ToolSet};
 
 /// What a turn is asked to do.
 #[derive(Debug, Clone)]
@@ -65,6 +65,9 @@ pub struct TurnOutcome {
     pub usage: Usage,
     /// Messages the turn adds to the transcript (the user prompt first).
     pub turn_messages: Vec<Message>,
+    /// Files the turn's tools changed (one entry per path: first `before`,
+    /// last `after`), for its checkpoint.
+    pub file_changes: Vec<FileChange>,
 }
 
 /// Result of a call stopped by `session/cancel_tool_call`.
@@ -99,6 +102,7 @@ struct Turn<'a> {
     config_fingerprint: String,
     directives: DirectiveSet,
     judged: bool,
+    file_changes: std::sync::Mutex<Vec<FileChange>>,
 }
 
 /// Runs one prompt turn to its terminal.
@@ -123,6 +127,7 @@ pub async fn run_turn(spec: &TurnSpec, deps: &TurnDeps, sink: &dyn TurnSink) -> 
         )),
         directives: DirectiveSet::default(),
         judged: false,
+        file_changes: Default::default(),
     };
     let terminal = match turn.run().await {
         Ok(terminal) => terminal,
@@ -136,7 +141,24 @@ pub async fn run_turn(spec: &TurnSpec, deps: &TurnDeps, sink: &dyn TurnSink) -> 
         terminal,
         usage: turn.accounting.usage,
         turn_messages: turn.turn_messages,
+        file_changes: merge_changes(
+            turn.file_changes
+                .into_inner()
+                .unwrap_or_else(|e| e.into_inner()),
+        ),
     }
+}
+
+/// One change per path: the first `before`, the last `after`.
+fn merge_changes(changes: Vec<FileChange>) -> Vec<FileChange> {
+    let mut merged: Vec<FileChange> = Vec::new();
+    for change in changes {
+        match merged.iter_mut().find(|c| c.path == change.path) {
+            Some(existing) => existing.after = change.after,
+            None => merged.push(change),
+        }
+    }
+    merged
 }
 
 impl Turn<'_> {
@@ -572,7 +594,11 @@ impl Turn<'_> {
                 .await?;
                 Ok(settle(ToolOutcomeStatus::Unknown, ABANDONED.into()))
             }
-            Some(Ok(output)) => {
+            Some(Ok(mut output)) => {
+                self.file_changes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .append(&mut output.file_changes);
                 self.update(call, ToolCallStatus::Completed, output.raw, &output.content)
                     .await?;
                 Ok(settle(ToolOutcomeStatus::Completed, output.content))

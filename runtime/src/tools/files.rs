@@ -15,7 +15,7 @@ use nix::fcntl::OFlag;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{opt_u64_arg, str_arg, Tool, ToolContext, ToolError, ToolOutput};
+use super::{opt_u64_arg, str_arg, FileChange, Tool, ToolContext, ToolError, ToolOutput};
 use crate::event::ToolKind;
 use crate::model::ToolSpec;
 
@@ -185,6 +185,7 @@ impl Tool for ReadFile {
         Ok(ToolOutput {
             raw: json!({"path": path, "bytes": content.len()}),
             content,
+            file_changes: Vec::new(),
         })
     }
 }
@@ -231,12 +232,25 @@ impl Tool for WriteFile {
                 .await
                 .map_err(|e| io_err("write", parent, e))?;
         }
-        if tokio::fs::symlink_metadata(&path)
-            .await
-            .is_ok_and(|m| !m.is_file())
-        {
+        let existing = tokio::fs::symlink_metadata(&path).await.ok();
+        if existing.as_ref().is_some_and(|m| !m.is_file()) {
             return Err(ToolError::NotAFile { path: raw.into() });
         }
+        // The old text, so a rollback can restore it (a binary file could not
+        // be restored, so it is refused rather than silently lost).
+        let before = match existing {
+            Some(_) => {
+                let bytes = tokio::fs::read(&path)
+                    .await
+                    .map_err(|e| io_err("read", &path, e))?;
+                Some(String::from_utf8(bytes).map_err(|_| {
+                    ToolError::invalid(format!(
+                        "{raw} holds binary data; write_file only replaces text files"
+                    ))
+                })?)
+            }
+            None => None,
+        };
         let mut file = open_no_follow(&path, true)
             .await
             .map_err(|e| io_err("write", &path, e))?;
@@ -247,6 +261,11 @@ impl Tool for WriteFile {
         Ok(ToolOutput {
             content: format!("wrote {} bytes to {}", content.len(), path.display()),
             raw: json!({"path": path, "bytes": content.len()}),
+            file_changes: vec![FileChange {
+                path: path.clone(),
+                before,
+                after: Some(content.to_owned()),
+            }],
         })
     }
 }

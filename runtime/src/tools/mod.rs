@@ -43,6 +43,21 @@ pub struct ToolOutput {
     pub content: String,
     /// Structured result (ACP `rawOutput`).
     pub raw: Value,
+    /// Files the call changed, for turn checkpoints (`session/rollback`);
+    /// not sent to clients.
+    #[serde(skip)]
+    pub file_changes: Vec<FileChange>,
+}
+
+/// A file a tool changed: its text before and after (`None`: absent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct FileChange {
+    /// The real (canonical) path.
+    pub path: PathBuf,
+    /// Content before the turn touched it.
+    pub before: Option<String>,
+    /// Content after.
+    pub after: Option<String>,
 }
 
 /// Typed tool failures; the model reads them as error results.

@@ -184,6 +184,7 @@ impl Tool for Shell {
         }
         Ok(ToolOutput {
             content,
+            file_changes: Vec::new(),
             raw: json!({
                 "exit_code": exit_code,
                 "stdout": stdout,

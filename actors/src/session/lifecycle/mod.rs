@@ -8,5 +8,6 @@ pub mod close;
 pub mod inject;
 pub mod prompt;
 pub mod retract;
+pub mod rollback;
 pub mod status;
 pub mod view;

@@ -9,7 +9,7 @@ use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::history::Message;
 use berth_runtime::ids::TurnId;
 use berth_runtime::terminal::{Terminal, TerminalKind};
-use berth_storage::{Batch, OpenTurn};
+use berth_storage::{Batch, OpenTurn, TurnCheckpoint};
 use futures::FutureExt;
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 
@@ -158,6 +158,7 @@ fn panicked_turn(spec: &TurnSpec, panic: &(dyn std::any::Any + Send)) -> TurnOut
         turn_messages: vec![Message::User {
             text: spec.prompt.to_model_text(),
         }],
+        file_changes: Vec::new(),
     }
 }
 
@@ -207,13 +208,24 @@ pub(crate) async fn finish(
             usage: outcome.usage,
         },
     });
+    // The turn's checkpoint; a new turn discards what was rolled back.
     let mut record = state.record.clone();
     record.updated_at = now;
+    record.checkpoint_head += 1;
+    let checkpoint = TurnCheckpoint {
+        checkpoint_id: turn_id.0.clone(),
+        before_message_count: start,
+        after_message_count: start + outcome.turn_messages.len() as u64,
+        messages: outcome.turn_messages.clone(),
+        files: outcome.file_changes.clone(),
+    };
     let batch = events
         .iter()
         .fold(Batch::new().put_session(&record), |b, e| {
             b.append(&session_id, e)
         })
+        .delete_checkpoints_from(&session_id, record.checkpoint_head)
+        .put_checkpoint(&session_id, record.checkpoint_head, &checkpoint)
         .append_transcript(&session_id, start, &outcome.turn_messages)
         .delete_frame(&session_id)
         .close_turn(&session_id);

@@ -42,6 +42,13 @@ pub async fn handle_request(
         "session/revoke_inject" => inject::revoke(conn, params).await,
         "session/replace_inject" => inject::replace(conn, params).await,
         "session/pending_injections" => inject::pending(conn, params).await,
+        "session/rollback" | "session/redo" => {
+            let id = session_id(&params)?;
+            conn.node
+                .rollback(&id, method == "session/redo", &conn.actor())
+                .await
+                .map_err(|e| receipt_unknown_session(conn, method, &id, e))
+        }
         // The seed's name, and the `_`-prefixed form ACP requires of custom methods.
         "berth.session_view.query" | "_berth/session_view" => {
             let id = session_id(&params)?;

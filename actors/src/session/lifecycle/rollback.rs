@@ -1,0 +1,159 @@
+//! `session/rollback` and `session/redo` (`remote-session-control.md`, "Turn
+//! checkpoints"): pop the last completed turn, or push it back.
+//!
+//! A checkpoint is not addressable: both take only the session; the answer's
+//! `checkpointId` says which one was used. Files the turn's `write_file` calls
+//! changed are put back to their text before (rollback) or after (redo) the
+//! turn; effects of `shell` commands are not tracked and not undone.
+
+use std::path::Path;
+
+use berth_runtime::event::{ControlStatus, SessionEvent};
+use berth_runtime::history::Transcript;
+use berth_runtime::tools::FileChange;
+use berth_storage::Batch;
+use serde_json::{json, Value};
+
+use super::super::receipt::receipt;
+use super::super::SessionState;
+use crate::error::ControlError;
+
+fn restore(path: &Path, text: Option<&str>) -> std::io::Result<()> {
+    match text {
+        Some(text) => {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(path, text)
+        }
+        None => match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    }
+}
+
+fn restore_all<'a>(
+    changes: impl Iterator<Item = &'a FileChange>,
+    after: bool,
+) -> Result<(), ControlError> {
+    for change in changes {
+        let text = if after { &change.after } else { &change.before };
+        restore(&change.path, text.as_deref()).map_err(|e| {
+            ControlError::ActorFailed(format!("cannot restore {}: {e}", change.path.display()))
+        })?;
+    }
+    Ok(())
+}
+
+/// Rolls back (`redo: false`) or redoes the last turn. Answers
+/// `{status: "rolled_back" | "redone", checkpointId, beforeMessageCount,
+/// afterMessageCount}`, or `{status: "prompt_active"}` while a turn runs and
+/// `{status: "nothing_to_rollback" | "nothing_to_redo"}`. The receipt and the
+/// transcript change are durable before the answer.
+///
+/// # Errors
+/// [`ControlError::Storage`]; a file that cannot be restored
+/// ([`ControlError::ActorFailed`], nothing journaled).
+pub(crate) async fn rollback(
+    state: &mut SessionState,
+    redo: bool,
+    actor: &str,
+) -> Result<Value, ControlError> {
+    let method = if redo {
+        "session/redo"
+    } else {
+        "session/rollback"
+    };
+    let session_id = state.record.session_id.clone();
+    let target = json!({"sessionId": session_id});
+    let refuse = |state: &SessionState, status: &str| {
+        receipt(
+            state,
+            method,
+            actor,
+            ControlStatus::Rejected,
+            "rejected",
+            target.clone(),
+            Some(status),
+        )
+    };
+    if state.turn.is_some() {
+        state.record(vec![refuse(state, "prompt_active")]).await?;
+        return Ok(json!({"status": "prompt_active"}));
+    }
+    let head = state.record.checkpoint_head;
+    let seq = if redo { head + 1 } else { head };
+    let checkpoint = match seq {
+        0 => None,
+        seq => state.env.journal.checkpoint(&session_id, seq)?,
+    };
+    let Some(checkpoint) = checkpoint else {
+        let status = if redo {
+            "nothing_to_redo"
+        } else {
+            "nothing_to_rollback"
+        };
+        state.record(vec![refuse(state, status)]).await?;
+        return Ok(json!({ "status": status }));
+    };
+    // Files first (the effect), newest change undone first.
+    if redo {
+        restore_all(checkpoint.files.iter(), true)?;
+    } else {
+        restore_all(checkpoint.files.iter().rev(), false)?;
+    }
+    let mut record = state.record.clone();
+    record.checkpoint_head = if redo { seq } else { seq - 1 };
+    record.updated_at = state.env.config.clock.now();
+    let (status, outcome) = if redo {
+        ("redone", "redone")
+    } else {
+        ("rolled_back", "rolled_back")
+    };
+    let answer = json!({
+        "status": status,
+        "checkpointId": checkpoint.checkpoint_id,
+        "beforeMessageCount": checkpoint.before_message_count,
+        "afterMessageCount": checkpoint.after_message_count,
+    });
+    let fact = if redo {
+        SessionEvent::TurnRedone {
+            checkpoint_id: checkpoint.checkpoint_id.clone(),
+        }
+    } else {
+        SessionEvent::TurnRolledBack {
+            checkpoint_id: checkpoint.checkpoint_id.clone(),
+        }
+    };
+    let r = receipt(
+        state,
+        method,
+        actor,
+        ControlStatus::Accepted,
+        outcome,
+        target.clone(),
+        None,
+    );
+    let transcript_change = if redo {
+        Batch::new().append_transcript(
+            &session_id,
+            checkpoint.before_message_count,
+            &checkpoint.messages,
+        )
+    } else {
+        Batch::new().truncate_transcript(&session_id, checkpoint.before_message_count)
+    };
+    // One transaction: the transcript change, the head, the fact, the receipt.
+    state
+        .record_with(transcript_change.put_session(&record), vec![fact, r])
+        .await?;
+    state.record = record;
+    let mut messages = state.transcript.messages().as_ref().clone();
+    messages.truncate(checkpoint.before_message_count as usize);
+    if redo {
+        messages.extend(checkpoint.messages);
+    }
+    state.transcript = Transcript::from_messages(messages);
+    Ok(answer)
+}
