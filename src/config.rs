@@ -7,6 +7,7 @@
 //! max_model_calls = 50             # per turn
 //! quick_repair = false             # redb quick-repair (faster crash recovery, slower commits)
 //! completion_judge = false         # restate an unmet request as a corrective directive at end of turn
+//! require_approval = ["shell"]     # tools whose calls wait for session/request_permission
 //!
 //! [acp]
 //! max_frame_bytes = 8388608        # longest accepted line (bytes)
@@ -47,6 +48,10 @@ pub struct ServeArgs {
     /// Concurrent requests per connection [default: 64].
     #[arg(long)]
     pub max_in_flight: Option<usize>,
+    /// A tool whose calls wait for the client's approval
+    /// (`session/request_permission`); repeatable, e.g. `--require-approval shell`.
+    #[arg(long = "require-approval", value_name = "TOOL")]
+    pub require_approval: Vec<String>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -73,6 +78,7 @@ pub struct FileConfig {
     max_model_calls: Option<u32>,
     quick_repair: Option<bool>,
     completion_judge: Option<bool>,
+    require_approval: Option<Vec<String>>,
     #[serde(default)]
     acp: AcpSection,
     #[serde(default)]
@@ -86,6 +92,7 @@ pub struct Settings {
     pub max_model_calls: u32,
     pub quick_repair: bool,
     pub completion_judge: bool,
+    pub require_approval: Vec<String>,
     pub acp: ServeOptions,
 }
 
@@ -144,6 +151,11 @@ impl FileConfig {
             max_model_calls: self.max_model_calls.unwrap_or(50).max(1),
             quick_repair: self.quick_repair.unwrap_or(false),
             completion_judge: self.completion_judge.unwrap_or(false),
+            require_approval: if args.require_approval.is_empty() {
+                self.require_approval.unwrap_or_default()
+            } else {
+                args.require_approval.clone()
+            },
             acp,
         })
     }

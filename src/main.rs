@@ -67,6 +67,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut node_config = NodeConfig::new(&settings.data_dir, settings.model);
     node_config.max_model_calls = settings.max_model_calls;
     node_config.quick_repair = settings.quick_repair;
+    node_config.needs_approval = settings.require_approval;
     if settings.completion_judge {
         node_config.completion_judge = Some(std::sync::Arc::new(
             berth_runtime::directives::ObjectiveJudge,

@@ -29,6 +29,9 @@ pub struct NodeConfig {
     /// The completion judge every turn runs at the model's end of turn, if any
     /// (off by default; `completion_judge = true` in the config file).
     pub completion_judge: Option<Arc<dyn CompletionJudge>>,
+    /// Tools whose calls wait for a client's approval
+    /// (`session/request_permission`); empty by default.
+    pub needs_approval: Vec<String>,
 }
 
 impl NodeConfig {
@@ -44,6 +47,7 @@ impl NodeConfig {
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
             completion_judge: None,
+            needs_approval: Vec::new(),
         }
     }
 }

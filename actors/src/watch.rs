@@ -10,8 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use berth_runtime::engine::{PermissionDecision, PermissionRequest};
 use berth_runtime::event::EventRecord;
 use berth_runtime::ids::{EventId, SessionId};
+use tokio::sync::oneshot;
 
 /// One durable event, as a watcher receives it.
 #[derive(Debug, Clone)]
@@ -36,6 +38,17 @@ pub trait Watcher: Send + Sync {
     /// Delivers one notice. Returns `false` when the watcher is gone (its
     /// connection closed) so it can be dropped.
     fn notify(&self, notice: &SessionNotice) -> bool;
+
+    /// Asks the client behind this watcher to approve a tool call; the
+    /// receiver resolves with its answer. `None`: this watcher cannot be asked.
+    fn request_permission(
+        &self,
+        session_id: &SessionId,
+        request: &PermissionRequest,
+    ) -> Option<oneshot::Receiver<PermissionDecision>> {
+        let _ = (session_id, request);
+        None
+    }
 }
 
 struct Entry {
@@ -134,6 +147,18 @@ impl Watchers {
         }
         entries.insert(watcher.watcher_id(), Entry { watcher, after });
         Ok(replay)
+    }
+
+    /// Asks the first watcher that can answer (the longest attached) to approve
+    /// a tool call. `None` when no watcher can be asked.
+    pub fn ask(
+        &self,
+        session_id: &SessionId,
+        request: &PermissionRequest,
+    ) -> Option<oneshot::Receiver<PermissionDecision>> {
+        self.lock()
+            .values()
+            .find_map(|e| e.watcher.request_permission(session_id, request))
     }
 
     /// Removes a watcher.

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::content::Prompt;
 use crate::directives::Directive;
+use crate::engine::{PermissionDecision, PermissionRequest};
 use crate::ids::{ToolCallId, TurnId};
 use crate::model::Usage;
 use crate::steering::{Injection, Seam};
@@ -135,6 +136,18 @@ pub enum SessionEvent {
         /// Why it was not delivered.
         reason: String,
     },
+    /// A tool call waits for a client's approval (`session/request_permission`).
+    PermissionRequested {
+        /// The request.
+        request: PermissionRequest,
+    },
+    /// The approval was answered (or the turn was cancelled meanwhile).
+    PermissionResolved {
+        /// The call.
+        tool_call_id: ToolCallId,
+        /// The answer.
+        decision: PermissionDecision,
+    },
     /// `session/rollback` popped the last turn (transcript and files).
     TurnRolledBack {
         /// The checkpoint used (`turn_<uuid>`).
@@ -184,6 +197,8 @@ impl SessionEvent {
             SessionEvent::ControlOutcome(_) => "control_outcome",
             SessionEvent::Directive { .. } => "directive",
             SessionEvent::TurnRolledBack { .. } => "turn_rolled_back",
+            SessionEvent::PermissionRequested { .. } => "permission_requested",
+            SessionEvent::PermissionResolved { .. } => "permission_resolved",
             SessionEvent::TurnRedone { .. } => "turn_redone",
             SessionEvent::SessionClosed {} => "session_closed",
         }

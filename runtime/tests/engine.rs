@@ -77,6 +77,7 @@ fn deps(model: Arc<dyn ModelProvider>) -> TurnDeps {
         processes: Arc::new(ProcessGroups::default()),
         control: Arc::new(TurnControl::default()),
         judge: None,
+        needs_approval: vec![],
     }
 }
 

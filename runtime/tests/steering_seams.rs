@@ -122,6 +122,7 @@ async fn run_judged(prompt: &str, hook: Hook, judge: Option<Arc<dyn CompletionJu
         processes: Arc::new(ProcessGroups::default()),
         control: Arc::clone(&control),
         judge,
+        needs_approval: vec![],
     };
     let spec = TurnSpec {
         session_id: SessionId::from("sess_s"),

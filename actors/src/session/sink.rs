@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use berth_runtime::engine::{SinkError, TurnSink};
+use berth_runtime::engine::{PermissionDecision, PermissionRequest, SinkError, TurnSink};
 use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::frame::Frame;
 use berth_runtime::ids::{SessionId, TurnId};
@@ -45,6 +45,20 @@ impl TurnSink for JournalSink {
             ids.into_iter().map(|id| (id, Arc::clone(&record))),
         );
         Ok(())
+    }
+
+    async fn request_permission(
+        &self,
+        request: &PermissionRequest,
+    ) -> Result<PermissionDecision, SinkError> {
+        let Some(answer) = self.watchers.ask(&self.session_id, request) else {
+            return Ok(PermissionDecision::Rejected {
+                reason: "no attached client can answer permission requests".into(),
+            });
+        };
+        Ok(answer.await.unwrap_or(PermissionDecision::Rejected {
+            reason: "the client went away before answering".into(),
+        }))
     }
 
     async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError> {

@@ -13,10 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use berth_actors::{Node, SessionNotice, Watcher};
+use berth_runtime::engine::{PermissionDecision, PermissionRequest};
 use berth_runtime::ids::SessionId;
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::jsonrpc::{classify, encode_error, encode_result, Incoming, RpcError};
@@ -52,6 +53,7 @@ pub struct Connection {
     /// The node.
     pub node: Node,
     outbound: mpsc::UnboundedSender<String>,
+    requests: Arc<ClientRequests>,
     attached: Mutex<HashSet<SessionId>>,
     /// The `clientCapabilities` sent in `initialize` (null before).
     pub client_capabilities: Mutex<Value>,
@@ -73,7 +75,25 @@ impl Connection {
         Arc::new(ConnectionWatcher {
             id: self.id,
             outbound: self.outbound.clone(),
+            requests: Arc::clone(&self.requests),
         })
+    }
+
+    /// Routes the client's response to a request berth sent it.
+    fn client_answered(&self, id: &Value, payload: Value) {
+        let waiting = id.as_u64().and_then(|id| {
+            self.requests
+                .waiting
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id)
+        });
+        match waiting {
+            Some(answer) => {
+                let _ = answer.send(payload);
+            }
+            None => tracing::debug!(%id, "response to no request of ours"),
+        }
     }
 
     /// Records that this connection watches `session_id`; returns `false` when
@@ -103,10 +123,19 @@ impl Connection {
     }
 }
 
-/// Renders durable session events onto the connection's outbound queue.
+/// Requests berth sent the client, waiting for its answer, by request id.
+#[derive(Default)]
+struct ClientRequests {
+    next_id: AtomicU64,
+    waiting: Mutex<std::collections::HashMap<u64, oneshot::Sender<Value>>>,
+}
+
+/// Renders durable session events onto the connection's outbound queue, and
+/// asks the client for approvals (ACP `session/request_permission`).
 struct ConnectionWatcher {
     id: u64,
     outbound: mpsc::UnboundedSender<String>,
+    requests: Arc<ClientRequests>,
 }
 
 impl Watcher for ConnectionWatcher {
@@ -118,6 +147,76 @@ impl Watcher for ConnectionWatcher {
         render_notice(notice)
             .into_iter()
             .all(|frame| self.outbound.send(frame).is_ok())
+    }
+
+    fn request_permission(
+        &self,
+        session_id: &SessionId,
+        request: &PermissionRequest,
+    ) -> Option<oneshot::Receiver<PermissionDecision>> {
+        let id = self.requests.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let (answered, answer) = oneshot::channel::<Value>();
+        self.requests
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, answered);
+        let frame = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "session/request_permission",
+            "params": permission_params(session_id, request),
+        });
+        if self.outbound.send(frame.to_string()).is_err() {
+            return None;
+        }
+        let (decided, decision) = oneshot::channel();
+        tokio::spawn(async move {
+            let payload = answer.await.unwrap_or(Value::Null);
+            let _ = decided.send(decision_of(&payload));
+        });
+        Some(decision)
+    }
+}
+
+/// ACP `RequestPermissionRequest` params for a waiting call: options
+/// `allow` (allow_once) and `reject` (reject_once).
+fn permission_params(session_id: &SessionId, request: &PermissionRequest) -> Value {
+    use agent_client_protocol_schema::v1::{
+        PermissionOption, PermissionOptionKind, RequestPermissionRequest, ToolCallUpdate,
+        ToolCallUpdateFields,
+    };
+    let fields = ToolCallUpdateFields::new()
+        .title(request.title.clone())
+        .raw_input(request.raw_input.clone());
+    let params = RequestPermissionRequest::new(
+        session_id.to_string(),
+        ToolCallUpdate::new(request.tool_call_id.to_string(), fields),
+        vec![
+            PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
+            PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
+        ],
+    );
+    serde_json::to_value(params).unwrap_or(Value::Null)
+}
+
+/// Maps the client's answer: a selected `allow*` option allows; any other
+/// selection rejects; `cancelled`, an error or nonsense does not allow.
+fn decision_of(payload: &Value) -> PermissionDecision {
+    match payload.pointer("/outcome/outcome").and_then(Value::as_str) {
+        Some("selected") => match payload.pointer("/outcome/optionId").and_then(Value::as_str) {
+            Some(option) if option.starts_with("allow") => PermissionDecision::Allowed,
+            Some(option) => PermissionDecision::Rejected {
+                reason: option.to_owned(),
+            },
+            None => PermissionDecision::Rejected {
+                reason: "no option was selected".into(),
+            },
+        },
+        Some("cancelled") => PermissionDecision::Cancelled,
+        _ => PermissionDecision::Rejected {
+            reason: format!("the client answered {payload}"),
+        },
     }
 }
 
@@ -152,6 +251,7 @@ where
         id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
         node,
         outbound,
+        requests: Arc::default(),
         attached: Mutex::default(),
         client_capabilities: Mutex::new(Value::Null),
     });
@@ -178,7 +278,7 @@ where
             Err(rejected) => {
                 conn.send(encode_error(&rejected.id, &rejected.error));
             }
-            Ok(Incoming::Response) => {}
+            Ok(Incoming::Response { id, payload }) => conn.client_answered(&id, payload),
             Ok(Incoming::Notification { method, params }) => {
                 let conn = Arc::clone(&conn);
                 tasks.spawn(

@@ -152,8 +152,13 @@ pub enum Incoming {
         /// Params (`{}` when absent).
         params: Value,
     },
-    /// A response to something we sent (berth sends no requests yet: ignored).
-    Response,
+    /// A response to a request berth sent (`session/request_permission`).
+    Response {
+        /// The id berth gave its request.
+        id: Value,
+        /// `result`, or `{"error": …}` for an error response.
+        payload: Value,
+    },
 }
 
 /// A frame that is not a valid message: the id to answer with (null when it
@@ -204,8 +209,17 @@ fn classify_inner(frame: &[u8]) -> Result<Incoming, (Value, RpcError)> {
         ));
     }
     let Some(method) = obj.remove("method") else {
-        if obj.contains_key("result") || obj.contains_key("error") {
-            return Ok(Incoming::Response);
+        if let Some(result) = obj.remove("result") {
+            return Ok(Incoming::Response {
+                id: id_value,
+                payload: result,
+            });
+        }
+        if let Some(error) = obj.remove("error") {
+            return Ok(Incoming::Response {
+                id: id_value,
+                payload: json!({ "error": error }),
+            });
         }
         return Err((id_value, RpcError::invalid_request("`method` is missing")));
     };
@@ -282,7 +296,10 @@ mod tests {
         );
         assert_eq!(
             classify(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).unwrap(),
-            Incoming::Response
+            Incoming::Response {
+                id: json!(1),
+                payload: json!({})
+            }
         );
     }
 

@@ -157,6 +157,8 @@ pub fn render_notice(notice: &SessionNotice) -> Vec<String> {
         | SessionEvent::ControlOutcome(_)
         | SessionEvent::Directive { .. }
         | SessionEvent::TurnRolledBack { .. }
-        | SessionEvent::TurnRedone { .. } => vec![agent_event(notice, event)],
+        | SessionEvent::TurnRedone { .. }
+        | SessionEvent::PermissionRequested { .. }
+        | SessionEvent::PermissionResolved { .. } => vec![agent_event(notice, event)],
     }
 }

@@ -133,13 +133,14 @@ impl Client {
 }
 
 async fn node(dir: &std::path::Path) -> Node {
+    node_with(dir, |_| {}).await
+}
+
+async fn node_with(dir: &std::path::Path, tune: impl FnOnce(&mut NodeConfig)) -> Node {
     let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:wire").unwrap();
-    Node::start(NodeConfig::new(
-        dir.join("data"),
-        std::sync::Arc::new(model),
-    ))
-    .await
-    .unwrap()
+    let mut config = NodeConfig::new(dir.join("data"), std::sync::Arc::new(model));
+    tune(&mut config);
+    Node::start(config).await.unwrap()
 }
 
 fn error_of(v: &Value) -> (i64, Value) {
@@ -829,4 +830,106 @@ async fn rollback_and_redo_move_the_transcript_and_the_files() {
         .await;
     assert_eq!(r["result"]["status"], "prompt_active");
     c.response(prompt).await;
+}
+
+/// Reads frames until berth asks for a permission; returns the request.
+async fn next_permission_request(c: &mut Client) -> Value {
+    loop {
+        let v = c.read().await;
+        if v["method"] == "session/request_permission" {
+            return v;
+        }
+    }
+}
+
+#[tokio::test]
+async fn approval_gated_tools_wait_for_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node_with(dir.path(), |c| c.needs_approval = vec!["write_file".into()]).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let a = dir.path().join("a.txt");
+
+    // Rejected: the call never runs.
+    let prompt = c
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"write v1"}]}),
+        )
+        .await;
+    let ask = next_permission_request(&mut c).await;
+    assert_eq!(ask["params"]["sessionId"], sid.as_str());
+    assert_eq!(ask["params"]["toolCall"]["rawInput"]["content"], "v1");
+    let options: Vec<&str> = ask["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(options, ["allow_once", "reject_once"]);
+    let (view, _) = c
+        .exchange("berth.session_view.query", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(
+        view["result"]["pending"]["approvals"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "the wait shows as pending"
+    );
+    c.send_raw(&json!({"jsonrpc":"2.0","id":ask["id"],"result":{"outcome":{"outcome":"selected","optionId":"reject"}}}).to_string()).await;
+    let (done, notes) = c.response(prompt).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn");
+    assert!(!a.exists(), "a rejected call does not run");
+    assert!(notes
+        .iter()
+        .any(|n| n["params"]["update"]["rawOutput"]["permission"]["outcome"] == "rejected"));
+
+    // Allowed: it runs.
+    let prompt = c
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"write v1"}]}),
+        )
+        .await;
+    let ask = next_permission_request(&mut c).await;
+    c.send_raw(&json!({"jsonrpc":"2.0","id":ask["id"],"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}).to_string()).await;
+    c.response(prompt).await;
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "v1");
+
+    // Cancel while waiting: the wait resolves as cancelled and nothing runs.
+    std::fs::remove_file(&a).unwrap();
+    let prompt = c
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"write v1"}]}),
+        )
+        .await;
+    next_permission_request(&mut c).await;
+    let (r, _) = c
+        .exchange("session/cancel", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(r["result"]["status"], "cancelled");
+    let (done, _) = c.response(prompt).await;
+    assert_eq!(done["result"]["stopReason"], "cancelled");
+    assert!(!a.exists());
+    let (view, _) = c
+        .exchange("berth.session_view.query", json!({"sessionId": sid}))
+        .await;
+    assert!(view["result"]["pending"]["approvals"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    let load = c.call("session/load", json!({"sessionId": sid})).await;
+    let resolved = load["result"]["_meta"]["berth"]["replayed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "permission_resolved")
+        .count();
+    assert_eq!(
+        resolved, 3,
+        "every approval wait was answered: rejected, allowed, cancelled"
+    );
 }

@@ -15,6 +15,7 @@ pub struct TurnControl {
     stop: Mutex<Option<Terminal>>,
     steering: Mutex<SteeringQueue>,
     calls: Mutex<HashMap<String, CallSlot>>,
+    approvals: Mutex<Vec<crate::engine::PermissionRequest>>,
 }
 
 /// A tool call of the running turn, as `session/cancel_tool_call` sees it.
@@ -111,6 +112,26 @@ impl TurnControl {
 
     fn calls(&self) -> MutexGuard<'_, HashMap<String, CallSlot>> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tool calls waiting for a client's approval (`pending.approvals`).
+    pub fn pending_approvals(&self) -> Vec<crate::engine::PermissionRequest> {
+        self.approvals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_pending_approval(
+        &self,
+        request: &crate::engine::PermissionRequest,
+        waiting: bool,
+    ) {
+        let mut approvals = self.approvals.lock().unwrap_or_else(|e| e.into_inner());
+        approvals.retain(|r| r.tool_call_id != request.tool_call_id);
+        if waiting {
+            approvals.push(request.clone());
+        }
     }
 
     /// The turn's steering queue (injected messages not yet delivered).

@@ -39,9 +39,52 @@ pub trait TurnSink: Send + Sync {
     /// an `internal_error` terminal.
     async fn emit(&self, event: SessionEvent) -> Result<(), SinkError>;
 
+    /// Asks a client to approve a tool call (ACP `session/request_permission`)
+    /// and waits for the answer. The default has no client to ask and rejects.
+    ///
+    /// # Errors
+    /// [`SinkError`] when the request could not be journaled.
+    async fn request_permission(
+        &self,
+        request: &PermissionRequest,
+    ) -> Result<PermissionDecision, SinkError> {
+        let _ = request;
+        Ok(PermissionDecision::Rejected {
+            reason: "no client is attached to answer permission requests".into(),
+        })
+    }
+
     /// Durably stores `frame` as the turn's latest checkpoint; returns once durable.
     ///
     /// # Errors
     /// [`SinkError`] as for [`TurnSink::emit`].
     async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError>;
+}
+
+/// A tool call waiting for a client's approval.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PermissionRequest {
+    /// The call.
+    pub tool_call_id: crate::ids::ToolCallId,
+    /// Its title.
+    pub title: String,
+    /// Its presentation kind.
+    pub kind: crate::event::ToolKind,
+    /// Its arguments.
+    pub raw_input: serde_json::Value,
+}
+
+/// A client's answer to a permission request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum PermissionDecision {
+    /// Run the call.
+    Allowed,
+    /// Do not run it.
+    Rejected {
+        /// Why (the option chosen, or that nobody could be asked).
+        reason: String,
+    },
+    /// The turn was cancelled while waiting (ACP: outcome `cancelled`).
+    Cancelled,
 }

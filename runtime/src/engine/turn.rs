@@ -7,7 +7,7 @@ use futures::future::join_all;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::{SinkError, TurnControl, TurnSink};
+use super::{PermissionDecision, PermissionRequest, SinkError, TurnControl, TurnSink};
 use crate::content::Prompt;
 use crate::directives::{Authority, CompletionJudge, Directive, DirectiveSet, Registered};
 use crate::event::{SessionEvent, ToolCallStatus};
@@ -51,6 +51,8 @@ pub struct TurnDeps {
     pub processes: Arc<ProcessGroups>,
     /// The control block the actor steers the turn through.
     pub control: Arc<TurnControl>,
+    /// Tools whose calls need a client's approval before they run.
+    pub needs_approval: Vec<String>,
     /// The completion judge, when enabled: at the model's end of turn it may
     /// restate the original request as a `corrective` directive.
     pub judge: Option<Arc<dyn CompletionJudge>>,
@@ -554,6 +556,26 @@ impl Turn<'_> {
                 .await?;
             return Ok(settle(ToolOutcomeStatus::Failed, err.to_string()));
         };
+        if self.deps.needs_approval.contains(&call.name) {
+            let decision = self.approve(tool.as_ref(), call, &cancelled).await?;
+            if decision != PermissionDecision::Allowed {
+                let reason = match &decision {
+                    PermissionDecision::Rejected { reason } => {
+                        format!("not run: the user rejected this call ({reason})")
+                    }
+                    _ => "not run: the turn was stopped while this call waited for approval"
+                        .to_owned(),
+                };
+                self.update(
+                    call,
+                    ToolCallStatus::Failed,
+                    json!({"dispatched": false, "permission": decision}),
+                    &reason,
+                )
+                .await?;
+                return Ok(settle(ToolOutcomeStatus::Interrupted, reason));
+            }
+        }
         self.sink
             .emit(SessionEvent::ToolCallUpdate {
                 tool_call_id: call.id.clone(),
@@ -609,6 +631,43 @@ impl Turn<'_> {
                 Ok(settle(ToolOutcomeStatus::Failed, format!("error: {err}")))
             }
         }
+    }
+
+    /// Asks a client to approve `call`; a stop of the turn or of this call
+    /// while it waits answers `cancelled`. The wait shows in
+    /// `pending.approvals`; request and answer are journaled.
+    async fn approve(
+        &self,
+        tool: &dyn crate::tools::Tool,
+        call: &ToolCallRequest,
+        cancelled: &tokio_util::sync::CancellationToken,
+    ) -> Result<PermissionDecision, SinkError> {
+        let request = PermissionRequest {
+            tool_call_id: call.id.clone(),
+            title: tool.title(&call.arguments),
+            kind: tool.kind(),
+            raw_input: call.arguments.clone(),
+        };
+        self.sink
+            .emit(SessionEvent::PermissionRequested {
+                request: request.clone(),
+            })
+            .await?;
+        self.deps.control.set_pending_approval(&request, true);
+        let decision = tokio::select! {
+            biased;
+            () = self.deps.control.stopped() => PermissionDecision::Cancelled,
+            () = cancelled.cancelled() => PermissionDecision::Cancelled,
+            decision = self.sink.request_permission(&request) => decision?,
+        };
+        self.deps.control.set_pending_approval(&request, false);
+        self.sink
+            .emit(SessionEvent::PermissionResolved {
+                tool_call_id: call.id.clone(),
+                decision: decision.clone(),
+            })
+            .await?;
+        Ok(decision)
     }
 
     async fn update(

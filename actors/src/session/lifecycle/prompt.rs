@@ -105,6 +105,7 @@ pub(crate) async fn start(
         processes: Arc::clone(&state.processes),
         control: Arc::clone(&control),
         judge: env.config.completion_judge.clone(),
+        needs_approval: env.config.needs_approval.clone(),
     };
     let sink = JournalSink {
         env,

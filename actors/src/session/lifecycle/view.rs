@@ -25,8 +25,8 @@ pub const SCHEMA: &str = "berth.session_view.v1";
 /// hash of the first *n − 1*), so two clients that agree on it agree on the
 /// whole history up to that point, across restarts. `projection_hash` is
 /// SHA-256 over the canonical JSON (sorted keys, no whitespace) of every other
-/// field. `pending.approvals` and `pending.auth` are empty until tools ask for
-/// permission and providers for logins.
+/// field. `pending.approvals` lists tool calls waiting for a client's
+/// approval; `pending.auth` stays empty until providers can ask for logins.
 pub(crate) fn view(state: &SessionState) -> Value {
     let (status, turn_id) = match (&state.turn, state.record.closed_at) {
         (_, Some(_)) => ("closed", None),
@@ -38,6 +38,17 @@ pub(crate) fn view(state: &SessionState) -> Value {
         .as_ref()
         .map(|t| t.control.steering().pending().map(summary).collect())
         .unwrap_or_default();
+    let approvals: Vec<Value> = state
+        .turn
+        .as_ref()
+        .map(|t| {
+            t.control
+                .pending_approvals()
+                .into_iter()
+                .map(|r| json!({"toolCallId": r.tool_call_id, "title": r.title, "kind": r.kind}))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut run = json!({ "status": status });
     if let Some(turn_id) = turn_id {
         run["turnId"] = json!(turn_id);
@@ -46,7 +57,7 @@ pub(crate) fn view(state: &SessionState) -> Value {
         "schema": SCHEMA,
         "sessionId": state.record.session_id,
         "run": run,
-        "pending": {"approvals": [], "auth": [], "injections": injections},
+        "pending": {"approvals": approvals, "auth": [], "injections": injections},
         "lastEventId": state.watchers.last_event_id(),
         "messageCount": state.transcript.len(),
         "prefix_hash": state.transcript.fingerprint(),
