@@ -5,6 +5,11 @@
 //! take the same lock, and registration reads the journal under it, so a watcher
 //! attaching while a turn streams gets every event exactly once — replayed or
 //! live, never both, never neither.
+//!
+//! Two writers append to a session's log (its actor and its running turn), so
+//! their commits can finish in one order and be published in the other.
+//! Publishing therefore releases events strictly in id order: an event whose
+//! predecessor is not published yet is held until it is.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,14 +64,23 @@ struct Entry {
 /// The watchers of one session, and its last published event id.
 #[derive(Default)]
 pub struct Watchers {
-    entries: Mutex<BTreeMap<u64, Entry>>,
+    entries: Mutex<Inner>,
     last_event_id: AtomicU64,
+}
+
+#[derive(Default)]
+struct Inner {
+    watchers: BTreeMap<u64, Entry>,
+    /// Last event id released to watchers (all below it were released).
+    released: EventId,
+    /// Durable events waiting for a lower id to be published first.
+    held: BTreeMap<EventId, Arc<EventRecord>>,
 }
 
 impl std::fmt::Debug for Watchers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Watchers")
-            .field("count", &self.lock().len())
+            .field("count", &self.lock().watchers.len())
             .field("last_event_id", &self.last_event_id())
             .finish()
     }
@@ -76,12 +90,15 @@ impl Watchers {
     /// Watchers starting from a session whose log ends at `last_event_id`.
     pub fn new(last_event_id: EventId) -> Self {
         Self {
-            entries: Mutex::default(),
+            entries: Mutex::new(Inner {
+                released: last_event_id,
+                ..Inner::default()
+            }),
             last_event_id: AtomicU64::new(last_event_id),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Entry>> {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -97,16 +114,27 @@ impl Watchers {
         session_id: &SessionId,
         events: impl IntoIterator<Item = (EventId, Arc<EventRecord>)>,
     ) {
-        let mut entries = self.lock();
+        let mut inner = self.lock();
+        let inner = &mut *inner;
         for (event_id, record) in events {
-            self.last_event_id.fetch_max(event_id, Ordering::AcqRel);
+            if event_id > inner.released {
+                inner.held.insert(event_id, record);
+            }
+        }
+        while let Some(entry) = inner.held.first_entry() {
+            if *entry.key() != inner.released + 1 {
+                break;
+            }
+            let (event_id, record) = entry.remove_entry();
+            inner.released = event_id;
+            self.last_event_id.store(event_id, Ordering::Release);
             let notice = SessionNotice {
                 session_id: session_id.clone(),
                 event_id,
                 record,
                 replayed: false,
             };
-            entries.retain(|_, e| {
+            inner.watchers.retain(|_, e| {
                 if e.after >= event_id {
                     return true;
                 }
@@ -128,7 +156,8 @@ impl Watchers {
         watcher: Arc<dyn Watcher>,
         backlog: impl FnOnce() -> Result<(Vec<(EventId, EventRecord)>, EventId), E>,
     ) -> Result<Vec<(EventId, EventRecord)>, E> {
-        let mut entries = self.lock();
+        let mut inner = self.lock();
+        let entries = &mut inner.watchers;
         let (replay, mut after) = backlog()?;
         if replay.is_empty() {
             // Re-attaching without replay keeps the watcher's position, so an
@@ -157,12 +186,56 @@ impl Watchers {
         request: &PermissionRequest,
     ) -> Option<oneshot::Receiver<PermissionDecision>> {
         self.lock()
+            .watchers
             .values()
             .find_map(|e| e.watcher.request_permission(session_id, request))
     }
 
     /// Removes a watcher.
     pub fn detach(&self, watcher_id: u64) {
-        self.lock().remove(&watcher_id);
+        self.lock().watchers.remove(&watcher_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_runtime::event::SessionEvent;
+
+    struct Recorder(Mutex<Vec<EventId>>);
+
+    impl Watcher for Recorder {
+        fn watcher_id(&self) -> u64 {
+            1
+        }
+        fn notify(&self, notice: &SessionNotice) -> bool {
+            self.0.lock().unwrap().push(notice.event_id);
+            true
+        }
+    }
+
+    fn record() -> Arc<EventRecord> {
+        Arc::new(EventRecord {
+            at: chrono::DateTime::from_timestamp_millis(0).unwrap(),
+            event: SessionEvent::SessionClosed {},
+        })
+    }
+
+    #[test]
+    fn events_published_out_of_order_are_released_in_order() {
+        let sid = SessionId::from("s");
+        let watchers = Watchers::new(4);
+        let recorder = Arc::new(Recorder(Mutex::default()));
+        watchers
+            .attach::<()>(&sid, recorder.clone(), || Ok((Vec::new(), 4)))
+            .unwrap();
+        // The turn's commit (6) is published before the actor's (5).
+        watchers.publish(&sid, [(6, record())]);
+        assert!(recorder.0.lock().unwrap().is_empty(), "6 waits for 5");
+        assert_eq!(watchers.last_event_id(), 4);
+        watchers.publish(&sid, [(5, record())]);
+        watchers.publish(&sid, [(7, record()), (8, record())]);
+        assert_eq!(*recorder.0.lock().unwrap(), vec![5, 6, 7, 8]);
+        assert_eq!(watchers.last_event_id(), 8);
     }
 }

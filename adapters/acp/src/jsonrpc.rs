@@ -78,7 +78,7 @@ impl RpcError {
         Self::new(
             -32004,
             "Session not found",
-            json!({"sessionId": session_id}),
+            json!({"sessionId": session_id, "reason": "unknown_session"}),
         )
     }
 

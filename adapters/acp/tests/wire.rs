@@ -204,7 +204,13 @@ async fn malformed_frames_get_typed_errors_and_change_nothing() {
     let r = c
         .call("session/cancel", json!({"sessionId": "sess_nope"}))
         .await;
-    assert_eq!(error_of(&r), (-32004, json!({"sessionId": "sess_nope"})));
+    assert_eq!(
+        error_of(&r),
+        (
+            -32004,
+            json!({"sessionId": "sess_nope", "reason": "unknown_session"})
+        )
+    );
     let r = c
         .call("session/load", json!({"sessionId": "sess_nope"}))
         .await;

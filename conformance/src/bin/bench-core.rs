@@ -109,6 +109,9 @@ struct Args {
     /// Skip the in-process journal benchmark.
     #[arg(long)]
     skip_journal: bool,
+    /// Steers measured by the inject→delivery benchmark (0 skips it).
+    #[arg(long, default_value_t = 200)]
+    injects: usize,
 }
 
 /// Which tool the scripted turn calls.
@@ -202,6 +205,17 @@ async fn run(args: &Args) -> anyhow::Result<()> {
             Some(report)
         }
     };
+    let inject = match (&args.skip_stdio, args.injects) {
+        (true, _) | (_, 0) => None,
+        _ => {
+            let summary = inject_bench(args, berth_binary()?).await?;
+            println!(
+                "== inject -> delivery over stdio ==\nsteers            {} (mode steer, a turn running zero-latency read_file calls)\n   p50 µs    p90 µs    p99 µs    max µs\n{:>9} {:>9} {:>9} {:>9}\n",
+                args.injects, summary.p50_us, summary.p90_us, summary.p99_us, summary.max_us
+            );
+            Some(summary)
+        }
+    };
     let journal = if args.skip_journal {
         Vec::new()
     } else {
@@ -217,6 +231,9 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         "load_before": load_before,
         "load_after": load_after,
         "stdio": stdio.as_ref().map(StdioReport::to_json),
+        "inject_to_delivery_us": inject.as_ref().map(|s| json!({
+            "p50": s.p50_us, "p90": s.p90_us, "p99": s.p99_us, "max": s.max_us, "samples": args.injects,
+        })),
         "journal": journal.iter().map(JournalRow::to_json).collect::<Vec<_>>(),
     });
     println!("{summary}");
@@ -308,6 +325,7 @@ impl AcpChild {
         data_dir: &Path,
         script: &Path,
         stderr_path: &Path,
+        extra_args: &[&std::ffi::OsStr],
     ) -> anyhow::Result<Self> {
         let stderr = std::fs::File::create(stderr_path)
             .with_context(|| format!("cannot create {}", stderr_path.display()))?;
@@ -317,6 +335,7 @@ impl AcpChild {
             .arg(data_dir)
             .arg("--model")
             .arg(format!("scripted:{}", script.display()))
+            .args(extra_args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))
@@ -401,6 +420,19 @@ impl AcpChild {
         }
     }
 
+    /// Sends a request without waiting for its answer; returns its id.
+    async fn send(&mut self, method: &str, params: Value) -> anyhow::Result<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut line =
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        line.push('\n');
+        let stdin = self.stdin.as_mut().context("stdin already closed")?;
+        stdin.write_all(line.as_bytes()).await?;
+        stdin.flush().await?;
+        Ok(id)
+    }
+
     /// Reads notifications until the `turn_ended` of `turn_id` has been seen
     /// (it may trail the prompt's response).
     async fn drain_until_turn_ended(&mut self, turn_id: &str) -> anyhow::Result<()> {
@@ -479,7 +511,13 @@ async fn stdio_bench(args: &Args, bin: PathBuf) -> anyhow::Result<StdioReport> {
     std::fs::write(&script, args.tool.script())?;
 
     let started = Instant::now();
-    let mut acp = AcpChild::spawn(&bin, &data_dir, &script, &dir.path().join("berth.stderr"))?;
+    let mut acp = AcpChild::spawn(
+        &bin,
+        &data_dir,
+        &script,
+        &dir.path().join("berth.stderr"),
+        &[],
+    )?;
     acp.request(
         "initialize",
         json!({"protocolVersion": 1, "clientCapabilities": {}}),
@@ -897,4 +935,97 @@ async fn journal_run(
         file_bytes,
         tail_mismatches,
     })
+}
+
+// ---------------------------------------------------------------------------
+// 3. Inject -> delivery latency
+// ---------------------------------------------------------------------------
+
+/// Time from sending `session/inject` (mode `steer`) to receiving its delivery
+/// echo (the `user_message_chunk` with its `messageId`): how long a steer waits
+/// for the next seam. The running turn makes zero-latency `read_file` calls,
+/// so a seam comes after each one; each steer matches the same script rule,
+/// so the turn keeps going.
+async fn inject_bench(args: &Args, bin: PathBuf) -> anyhow::Result<LatencySummary> {
+    let dir = tempfile::tempdir()?;
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work)?;
+    std::fs::write(work.join("data.txt"), "hello\n")?;
+    let calls =
+        r#"{ tool_call = { name = "read_file", arguments = { path = "{cwd}/data.txt" } } },"#
+            .repeat(500);
+    let script = dir.path().join("inject.toml");
+    std::fs::write(
+        &script,
+        format!("[[rules]]\nmatch = \"keep reading\"\nsteps = [ {calls} {{ text = \"done\" }} ]\n"),
+    )?;
+    let config = dir.path().join("berth.toml");
+    std::fs::write(&config, "max_model_calls = 1000000\n")?;
+    let data_dir = dir.path().join("data");
+    let mut acp = AcpChild::spawn(
+        &bin,
+        &data_dir,
+        &script,
+        &dir.path().join("berth.stderr"),
+        &["--config".as_ref(), config.as_os_str()],
+    )?;
+    acp.request("initialize", json!({"protocolVersion": 1}))
+        .await?;
+    let new = acp
+        .request("session/new", json!({"cwd": work, "mcpServers": []}))
+        .await?;
+    let session_id = new["sessionId"]
+        .as_str()
+        .context("session/new gave no sessionId")?
+        .to_owned();
+    // The prompt's answer comes only after the cancel at the end; frames are
+    // read by hand from here on.
+    let prompt_id = acp
+        .send(
+            "session/prompt",
+            json!({"sessionId": session_id, "prompt": [{"type": "text", "text": "keep reading"}]}),
+        )
+        .await?;
+    // Injects need a running turn: wait for its first tool call.
+    while acp.recv(FRAME_TIMEOUT).await?["params"]["update"]["sessionUpdate"] != "tool_call" {}
+    let mut samples = Vec::with_capacity(args.injects);
+    for k in 0..args.injects {
+        let started = Instant::now();
+        let inject_id = acp
+            .send("session/inject", json!({"sessionId": session_id, "mode": "steer", "content": format!("keep reading ({k})")}))
+            .await?;
+        let mut message_id = None;
+        loop {
+            let frame = acp.recv(FRAME_TIMEOUT).await?;
+            if frame["id"].as_u64() == Some(inject_id) {
+                message_id = Some(
+                    frame["result"]["messageId"]
+                        .as_str()
+                        .with_context(|| format!("inject failed: {frame}"))?
+                        .to_owned(),
+                );
+                continue;
+            }
+            let update = &frame["params"]["update"];
+            if message_id.is_some()
+                && update["sessionUpdate"] == "user_message_chunk"
+                && update["messageId"].as_str() == message_id.as_deref()
+            {
+                samples.push(started.elapsed());
+                break;
+            }
+        }
+    }
+    let cancel_id = acp
+        .send("session/cancel", json!({"sessionId": session_id}))
+        .await?;
+    let mut answered = 0;
+    while answered < 2 {
+        let frame = acp.recv(FRAME_TIMEOUT).await?;
+        if frame["id"].as_u64() == Some(cancel_id) || frame["id"].as_u64() == Some(prompt_id) {
+            answered += 1;
+        }
+    }
+    acp.shutdown().await?;
+    LatencySummary::from_samples(&mut samples).context("no steer was measured")
 }

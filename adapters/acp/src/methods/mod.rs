@@ -114,23 +114,26 @@ pub(crate) fn receipt_unknown_session(
     error: berth_actors::ControlError,
 ) -> RpcError {
     if let berth_actors::ControlError::UnknownSession { .. } = &error {
-        let outcome = berth_runtime::event::ControlOutcome {
-            session_id: session_id.0.clone(),
-            control_id: format!("ctl_{}_{}", conn.id, method.replace('/', "_")),
-            method: method.into(),
-            outcome: "unknown_session".into(),
-            status: berth_runtime::event::ControlStatus::Rejected,
-            actor: conn.actor(),
-            target: serde_json::json!({"sessionId": session_id}),
-            reason: Some("unknown_session".into()),
-            metadata: Value::Null,
-        };
+        let event = berth_runtime::event::SessionEvent::ControlOutcome(
+            berth_runtime::event::ControlOutcome {
+                session_id: session_id.0.clone(),
+                control_id: conn.node.config().ids.new_id("ctl"),
+                method: method.into(),
+                outcome: "unknown_session".into(),
+                status: berth_runtime::event::ControlStatus::Rejected,
+                actor: conn.actor(),
+                target: serde_json::json!({"sessionId": session_id}),
+                reason: Some("unknown_session".into()),
+                metadata: Value::Null,
+            },
+        );
+        // Same shape as a journaled receipt, minus the eventId it cannot have.
         conn.send(crate::jsonrpc::encode_notification(
             crate::render::AGENT_EVENT_METHOD,
             serde_json::json!({
                 "sessionId": session_id,
                 "type": "control_outcome",
-                "event": {"type": "control_outcome", "control_outcome": outcome},
+                "event": event,
             }),
         ));
     }
