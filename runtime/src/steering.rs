@@ -82,6 +82,9 @@ pub struct Injection {
     pub mode: InjectMode,
     /// The message.
     pub content: Prompt,
+    /// Who injected it (the control's actor); only they may revoke or replace it.
+    #[serde(default)]
+    pub owner: String,
 }
 
 /// Why an injection cannot be revoked or replaced.
@@ -97,6 +100,9 @@ pub enum InjectionConflict {
     /// No such message in this session's running turn.
     #[error("no such message id")]
     UnknownMessageId,
+    /// Another client injected it.
+    #[error("only the client that injected the message may revoke or replace it")]
+    NotOwnerOrNotAuthorized,
 }
 
 impl InjectionConflict {
@@ -106,6 +112,7 @@ impl InjectionConflict {
             Self::AlreadyDelivered => "already_delivered",
             Self::AlreadyRevoked => "already_revoked",
             Self::UnknownMessageId => "unknown_message_id",
+            Self::NotOwnerOrNotAuthorized => "not_owner_or_not_authorized",
         }
     }
 }
@@ -134,8 +141,11 @@ impl SteeringQueue {
         self.pending.iter()
     }
 
-    fn position(&self, message_id: &str) -> Result<usize, InjectionConflict> {
+    fn position(&self, message_id: &str, actor: &str) -> Result<usize, InjectionConflict> {
         if let Some(i) = self.pending.iter().position(|p| p.message_id == message_id) {
+            if self.pending[i].owner != actor {
+                return Err(InjectionConflict::NotOwnerOrNotAuthorized);
+            }
             return Ok(i);
         }
         Err(match self.settled.get(message_id) {
@@ -145,12 +155,17 @@ impl SteeringQueue {
         })
     }
 
-    /// Removes a pending injection so it is never delivered.
+    /// Removes a pending injection so it is never delivered. Only its owner
+    /// (`actor`) may.
     ///
     /// # Errors
-    /// [`InjectionConflict`] when it is not pending.
-    pub fn revoke(&mut self, message_id: &str) -> Result<Injection, InjectionConflict> {
-        let i = self.position(message_id)?;
+    /// [`InjectionConflict`] when it is not pending or not `actor`'s.
+    pub fn revoke(
+        &mut self,
+        message_id: &str,
+        actor: &str,
+    ) -> Result<Injection, InjectionConflict> {
+        let i = self.position(message_id, actor)?;
         let revoked = self
             .pending
             .remove(i)
@@ -161,15 +176,17 @@ impl SteeringQueue {
     }
 
     /// Replaces a pending injection's content, keeping its id, mode and place.
+    /// Only its owner (`actor`) may.
     ///
     /// # Errors
-    /// [`InjectionConflict`] when it is not pending.
+    /// [`InjectionConflict`] when it is not pending or not `actor`'s.
     pub fn replace(
         &mut self,
         message_id: &str,
+        actor: &str,
         content: Prompt,
     ) -> Result<Injection, InjectionConflict> {
-        let i = self.position(message_id)?;
+        let i = self.position(message_id, actor)?;
         let entry = &mut self.pending[i];
         entry.content = content;
         Ok(entry.clone())
@@ -203,6 +220,7 @@ mod tests {
             message_id: id.into(),
             mode,
             content: Prompt::text(id),
+            owner: "me".into(),
         }
     }
 
@@ -240,7 +258,7 @@ mod tests {
             .map(|i| i.message_id)
             .collect();
         assert_eq!(pre, ["b"]);
-        q.replace("d", Prompt::text("d2")).unwrap();
+        q.replace("d", "me", Prompt::text("d2")).unwrap();
         let post: Vec<_> = q
             .drain(Seam::PostToolDispatch)
             .into_iter()
@@ -248,16 +266,16 @@ mod tests {
             .collect();
         assert_eq!(post, ["a", "d"]);
         assert_eq!(
-            q.revoke("a").unwrap_err(),
+            q.revoke("a", "me").unwrap_err(),
             InjectionConflict::AlreadyDelivered
         );
-        assert_eq!(q.revoke("c").unwrap().message_id, "c");
+        assert_eq!(q.revoke("c", "me").unwrap().message_id, "c");
         assert_eq!(
-            q.revoke("c").unwrap_err(),
+            q.revoke("c", "me").unwrap_err(),
             InjectionConflict::AlreadyRevoked
         );
         assert_eq!(
-            q.replace("zz", Prompt::text("x")).unwrap_err(),
+            q.replace("zz", "me", Prompt::text("x")).unwrap_err(),
             InjectionConflict::UnknownMessageId
         );
         assert!(q.drain(Seam::LoopExit).is_empty());

@@ -94,6 +94,7 @@ fn inject(control: &TurnControl, id: &str, mode: InjectMode, text: &str) {
         message_id: id.into(),
         mode,
         content: Prompt::text(text),
+        owner: "test".into(),
     });
 }
 

@@ -939,3 +939,55 @@ async fn approval_gated_tools_wait_for_the_client() {
         "every approval wait was answered: rejected, allowed, cancelled"
     );
 }
+
+#[tokio::test]
+async fn only_the_injecting_client_may_revoke_or_replace() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut a = Client::connect(&node, ServeOptions::default());
+    let mut b = Client::connect(&node, ServeOptions::default());
+    let sid = a.new_session(dir.path()).await;
+    let prompt = a
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"sleep"}]}),
+        )
+        .await;
+    loop {
+        if a.read().await["params"]["update"]["status"] == "in_progress" {
+            break;
+        }
+    }
+    let (r, _) = a
+        .exchange(
+            "session/inject",
+            json!({"sessionId": sid, "mode": "queue", "content": "mine"}),
+        )
+        .await;
+    let id = r["result"]["messageId"].as_str().unwrap().to_owned();
+    for method in ["session/revoke_inject", "session/replace_inject"] {
+        let (r, _) = b
+            .exchange(
+                method,
+                json!({"sessionId": sid, "messageId": id, "content": "theirs"}),
+            )
+            .await;
+        assert_eq!(
+            error_of(&r),
+            (
+                -32008,
+                json!({"messageId": id, "reason": "not_owner_or_not_authorized"})
+            )
+        );
+    }
+    let (r, _) = a
+        .exchange(
+            "session/revoke_inject",
+            json!({"sessionId": sid, "messageId": id}),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "revoked");
+    a.exchange("session/cancel", json!({"sessionId": sid}))
+        .await;
+    a.response(prompt).await;
+}

@@ -57,6 +57,7 @@ pub(crate) async fn inject(
         message_id: state.env.config.ids.new_id("msg"),
         mode,
         content,
+        owner: actor.to_owned(),
     };
     let accepted = receipt(
         state,

@@ -61,14 +61,14 @@ pub(crate) async fn retract(
         (None, _) => Err(InjectionConflict::UnknownMessageId),
         (Some(c), None) => {
             c.steering()
-                .revoke(message_id)
+                .revoke(message_id, actor)
                 .map(|_| SessionEvent::InjectionRevoked {
                     message_id: message_id.to_owned(),
                 })
         }
         (Some(c), Some(prompt)) => c
             .steering()
-            .replace(message_id, prompt)
+            .replace(message_id, actor, prompt)
             .map(|injection| SessionEvent::InjectionReplaced { injection }),
     };
     match result {
