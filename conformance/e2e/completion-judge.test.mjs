@@ -1,0 +1,554 @@
+// End-to-end test of berth's COMPLETION JUDGE against a steer, over a real
+// `berth serve` process, driven by the OFFICIAL ACP TypeScript SDK
+// (`@agentclientprotocol/sdk` 2.4.0, see package.json).
+//
+// How to run (Linux; Node >= 20):
+//
+//     cd <repo> && cargo build --bin berth
+//     cd conformance/e2e && npm ci && node --test
+//
+// The berth binary is `$BERTH_BIN` (default `<repo>/target/debug/berth`). The
+// server is `berth serve --config <temp dir>/berth.toml --data-dir <temp dir>
+// --model scripted:<this dir>/completion-judge-script.toml`, the config file
+// holding just `completion_judge = true`. BERTH_E2E_KEEP=1 keeps the temp dir
+// and BERTH_E2E_DUMP=<dir> writes every frame (both directions) and the
+// server's stderr there. Takes ~0.2 s.
+//
+// The judge (`ObjectiveJudge`) runs once per turn, when the model ends it: if
+// the final answer mentions fewer than half of the prompt's words of 4+
+// letters, it registers a `corrective` directive on key `objective`
+// restating the request ("Complete the original request: <prompt>"). A
+// delivered steer registers a `contract` directive on the same key, which
+// outranks it. Every registration is journaled and sent as a
+// `_berth/agentEvent` `directive`: `params.event = {type: "directive",
+// directive: {authority, key, text, source}, applied, overruled_by?}`.
+//
+//  a. No steer: a prompt whose answer meets it gets no directive; a prompt
+//     whose answer does not gets one `completion_judge` / `corrective` /
+//     `applied: true` directive between the two answers, the model answers the
+//     restatement (the loop goes on exactly once), the turn ends `end_turn`.
+//  b. Steer mid-turn (as in mid-turn-control.test.mjs scenario 2, but sent
+//     while a shell call the test holds open runs, so no timer is raced): the
+//     final answer follows the steer although it does not meet the prompt;
+//     the turn's directives are `steer` / `contract` / applied, then
+//     `completion_judge` / `corrective` / NOT applied, `overruled_by` the steer;
+//     the model never sees the restatement; `end_turn`.
+//  c. `session/load` replays exactly the directive events seen live (they are
+//     journaled).
+//
+// Every wait is for a specific frame, under a hard timeout; every event id of
+// a session must arrive live (checked against the session view after each
+// turn). The server (and anything it left behind) is SIGKILLed at the end.
+
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { Readable, Writable } from "node:stream";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+import * as acp from "@agentclientprotocol/sdk";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const REPO = path.resolve(HERE, "..", "..");
+const BERTH_BIN = process.env.BERTH_BIN || path.join(REPO, "target", "debug", "berth");
+const SCRIPT = path.join(HERE, "completion-judge-script.toml");
+const AGENT_EVENT = "_berth/agentEvent";
+const SESSION_UPDATE = acp.methods.client.session.update;
+const NOTIFICATION_METHODS = new Set([SESSION_UPDATE, AGENT_EVENT]);
+
+// ---------------------------------------------------------------- utilities
+
+function within(promise, ms, label) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${label}`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** An append-only log with `waitFor(predicate)`. */
+class Recorder {
+  items = [];
+  #waiters = [];
+  push(item) {
+    this.items.push(item);
+    for (const w of [...this.#waiters]) {
+      if (w.pred(item, this.items)) {
+        this.#waiters.splice(this.#waiters.indexOf(w), 1);
+        w.resolve(item);
+      }
+    }
+  }
+  waitFor(pred, ms, label) {
+    const hit = this.items.find((item) => pred(item, this.items));
+    if (hit) return Promise.resolve(hit);
+    let waiter;
+    const p = new Promise((resolve) => {
+      waiter = { pred, resolve };
+      this.#waiters.push(waiter);
+    });
+    return within(p, ms, label).catch((error) => {
+      const at = this.#waiters.indexOf(waiter);
+      if (at >= 0) this.#waiters.splice(at, 1);
+      const tail = this.items.slice(-8).map((i) => JSON.stringify(i).slice(0, 300));
+      error.message += `\nlast items:\n  ${tail.join("\n  ")}`;
+      throw error;
+    });
+  }
+}
+
+const eventIdOf = (params) => params?._meta?.berth?.eventId;
+
+function descendants(rootPid) {
+  const table = [];
+  for (const name of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${name}/stat`, "utf8");
+      table.push({ pid: Number(name), ppid: Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) });
+    } catch {
+      // raced with the process exiting
+    }
+  }
+  const found = [];
+  const queue = [rootPid];
+  while (queue.length) {
+    const parent = queue.shift();
+    for (const p of table) {
+      if (p.ppid === parent) {
+        found.push(p.pid);
+        queue.push(p.pid);
+      }
+    }
+  }
+  return found;
+}
+
+// Every console.error the SDK prints (e.g. when zod rejects a `session/update`)
+// is a failure of this test.
+const sdkErrors = [];
+const consoleError = console.error;
+console.error = (...args) => {
+  sdkErrors.push(args.map((a) => (a instanceof Error ? a.stack : JSON.stringify(a))).join(" "));
+  consoleError(...args);
+};
+
+// ---------------------------------------------------------------- the server
+
+const servers = new Set();
+const tempDirs = [];
+
+class BerthServer {
+  constructor(args, label) {
+    this.label = label;
+    this.child = spawn(BERTH_BIN, args, {
+      cwd: os.tmpdir(),
+      stdio: ["pipe", "pipe", "pipe"],
+      env: { ...process.env, NO_COLOR: "1" },
+    });
+    servers.add(this);
+    this.pid = this.child.pid;
+    this.stderr = "";
+    this.child.stderr.on("data", (d) => {
+      this.stderr = (this.stderr + d).slice(-20_000);
+    });
+    this.child.stdin.on("error", () => {}); // EPIPE after a kill
+    this.exited = new Promise((resolve) => {
+      this.child.once("exit", (code, signal) => {
+        servers.delete(this);
+        this.dump();
+        resolve({ code, signal });
+      });
+    });
+    this.child.once("error", (error) => {
+      throw new Error(`cannot spawn ${BERTH_BIN}: ${error.message}`);
+    });
+    /** Every message berth wrote, in wire order, before the SDK saw it. */
+    this.wire = new Recorder();
+    /** Every message the SDK wrote, in order. */
+    this.sent = [];
+    const base = acp.ndJsonStream(Writable.toWeb(this.child.stdin), Readable.toWeb(this.child.stdout));
+    const inTap = new TransformStream({
+      transform: (msg, controller) => {
+        this.wire.push(msg);
+        controller.enqueue(msg);
+      },
+    });
+    const outTap = new TransformStream({
+      transform: (msg, controller) => {
+        this.sent.push(msg);
+        controller.enqueue(msg);
+      },
+    });
+    outTap.readable.pipeTo(base.writable).catch(() => {});
+    this.stream = { readable: base.readable.pipeThrough(inTap), writable: outTap.writable };
+  }
+
+  dump() {
+    const dir = process.env.BERTH_E2E_DUMP;
+    if (!dir) return;
+    fs.mkdirSync(dir, { recursive: true });
+    const file = path.join(dir, `completion-judge-${this.label.replace(/\W+/g, "-")}.jsonl`);
+    const lines = [...this.sent.map((m) => ["->", m]), ...this.wire.items.map((m) => ["<-", m])];
+    fs.writeFileSync(file, lines.map(([d, m]) => `${d} ${JSON.stringify(m)}`).join("\n") + "\n");
+    fs.writeFileSync(file.replace(/\.jsonl$/, ".stderr.log"), this.stderr);
+  }
+
+  async shutdown(ms = 10_000) {
+    this.child.stdin.end();
+    return within(this.exited, ms, `${this.label} exits after stdin EOF`);
+  }
+
+  kill() {
+    const pids = [this.pid, ...descendants(this.pid)];
+    for (const pid of pids) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+  }
+}
+
+function killEverything() {
+  for (const server of [...servers]) server.kill();
+}
+
+process.on("exit", killEverything);
+after(() => {
+  killEverything();
+  if (!process.env.BERTH_E2E_KEEP) {
+    for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** The SDK client app: zod-validated `session/update`s and raw `_berth/agentEvent`s. */
+function clientApp(seen) {
+  return acp
+    .client({ name: "berth-e2e-completion-judge" })
+    .onNotification(SESSION_UPDATE, ({ params }) => {
+      seen.push({ method: SESSION_UPDATE, params });
+    })
+    .onNotification(AGENT_EVENT, (params) => params, ({ params }) => {
+      seen.push({ method: AGENT_EVENT, params });
+    });
+}
+
+// ---------------------------------------------------------------- the test
+
+test("berth completion judge vs steer end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 60_000 }, async (t) => {
+  assert.ok(fs.existsSync(BERTH_BIN), `no berth binary at ${BERTH_BIN}: run \`cargo build --bin berth\` or set BERTH_BIN`);
+  const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "berth-e2e-judge-")));
+  tempDirs.push(root);
+  const config = path.join(root, "berth.toml");
+  fs.writeFileSync(config, "completion_judge = true\n");
+  const started = Date.now();
+  const step = (name) => t.diagnostic(`${((Date.now() - started) / 1000).toFixed(2)} s: ${name}`);
+
+  const server = new BerthServer(
+    ["serve", "--config", config, "--data-dir", path.join(root, "data"), "--model", `scripted:${SCRIPT}`],
+    "judge server",
+  );
+  try {
+    const seen = new Recorder();
+    const conn = clientApp(seen).connect(server.stream);
+    const agent = conn.agent;
+    const init = await within(
+      agent.request(acp.methods.agent.initialize, {
+        protocolVersion: acp.PROTOCOL_VERSION,
+        clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+        clientInfo: { name: "berth-e2e-completion-judge", version: "0.0.0" },
+      }),
+      10_000,
+      "initialize",
+    );
+    assert.equal(init.protocolVersion, 1);
+
+    // ------------------------------------------------------------ helpers
+
+    const sessions = [];
+    async function newSession(label) {
+      const cwd = path.join(root, `work-${label}`);
+      fs.mkdirSync(cwd);
+      const created = await within(
+        agent.request(acp.methods.agent.session.new, { cwd, mcpServers: [] }),
+        10_000,
+        `session/new (${label})`,
+      );
+      const entry = { label, sessionId: created.sessionId, cwd };
+      sessions.push(entry);
+      return entry;
+    }
+
+    /** The session's events the SDK delivered (live, or only replayed ones), as `{kind, eventId, update, params}`, in id order. */
+    function events(sessionId, after = 0, upTo = Infinity, { replayed = false } = {}) {
+      const byId = new Map();
+      for (const n of seen.items) {
+        const id = eventIdOf(n.params);
+        if (n.params.sessionId !== sessionId || id === undefined || id <= after || id > upTo) continue;
+        if ((n.params._meta?.berth?.replayed === true) !== replayed) continue;
+        assert.ok(!byId.has(id), `eventId ${id} of ${sessionId} delivered twice ${replayed ? "in the replay" : "live"}`);
+        byId.set(id, {
+          kind: n.method === AGENT_EVENT ? `agent:${n.params.type}` : n.params.update.sessionUpdate,
+          eventId: id,
+          update: n.params.update,
+          params: n.params,
+        });
+      }
+      return [...byId.values()].sort((a, b) => a.eventId - b.eventId);
+    }
+
+    function lastEventId(sessionId) {
+      let max = 0;
+      for (const m of server.wire.items) {
+        if (NOTIFICATION_METHODS.has(m.method) && m.params?.sessionId === sessionId) {
+          max = Math.max(max, eventIdOf(m.params) ?? 0);
+        }
+      }
+      return max;
+    }
+
+    function waitUpdate(sessionId, after, pred, label, ms = 10_000) {
+      return seen.waitFor(
+        (n) =>
+          n.method === SESSION_UPDATE &&
+          n.params.sessionId === sessionId &&
+          eventIdOf(n.params) > after &&
+          pred(n.params.update),
+        ms,
+        label,
+      );
+    }
+
+    function startPrompt(sessionId, text) {
+      const pending = agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text }] });
+      pending.catch(() => {});
+      return pending;
+    }
+
+    /**
+     * Awaits the prompt answer and its `turn_ended`, checks that every event
+     * id of the session (per its view) arrived live, and returns the turn's
+     * events.
+     */
+    async function finishTurn(sessionId, pending, mark, label, ms = 10_000) {
+      const response = await within(pending, ms, `${label}: prompt answer`);
+      const turnId = response._meta?.berth?.turnId;
+      assert.equal(typeof turnId, "string", `${label}: ${JSON.stringify(response)}`);
+      const ended = await seen.waitFor(
+        (n) => n.method === AGENT_EVENT && n.params.type === "turn_ended" && n.params.event?.turn_id === turnId,
+        5_000,
+        `${label}: turn_ended`,
+      );
+      assert.equal(ended.params.event.stop_reason, response.stopReason);
+      const view = await within(agent.request("berth.session_view.query", { sessionId }), 5_000, `${label}: session view`);
+      assert.equal(view.lastEventId, eventIdOf(ended.params), `${label}: turn_ended is the session's last event`);
+      const live = new Set(events(sessionId).map((e) => e.eventId));
+      const missing = [];
+      for (let id = 1; id <= view.lastEventId; id++) if (!live.has(id)) missing.push(id);
+      assert.deepEqual(missing, [], `${label}: event ids journaled but never sent live`);
+      return { response, turnEvents: events(sessionId, mark, eventIdOf(ended.params)) };
+    }
+
+    async function runTurn(sessionId, text, label) {
+      const mark = lastEventId(sessionId);
+      return finishTurn(sessionId, startPrompt(sessionId, text), mark, label);
+    }
+
+    const textOf = (evs) => evs.filter((e) => e.kind === "agent_message_chunk").map((e) => e.update.content.text).join("");
+    const directivesOf = (evs) => evs.filter((e) => e.kind === "agent:directive");
+    const judgeDirective = (prompt) => ({
+      authority: "corrective",
+      key: "objective",
+      text: `Complete the original request: ${prompt}`,
+      source: "completion_judge",
+    });
+    /** The turn's event kinds from the first agent_message_chunk on. */
+    const kindsFromAnswer = (evs) => evs.slice(evs.findIndex((e) => e.kind === "agent_message_chunk")).map((e) => e.kind);
+
+    const subtest = (name, fn) =>
+      t.test(name, { timeout: 20_000 }, async (st) => {
+        try {
+          await fn(st);
+        } catch (error) {
+          st.diagnostic(`${server.label} stderr (tail):\n${server.stderr.slice(-2_000)}`);
+          st.diagnostic(
+            `${server.label} last frames:\n${server.wire.items
+              .slice(-20)
+              .map((m) => JSON.stringify(m).slice(0, 500))
+              .join("\n")}`,
+          );
+          throw error;
+        }
+      });
+
+    // ------------------------------------------------------------ a. judge alone
+    await subtest("a. without a steer, the judge restates an unmet request once and the model completes it", async () => {
+      const { sessionId } = await newSession("judge");
+
+      // Control: an answer that meets the request (list / open / tickets) draws no directive.
+      {
+        const { response, turnEvents } = await runTurn(sessionId, "list the open tickets", "met request");
+        assert.equal(response.stopReason, "end_turn", JSON.stringify(response));
+        assert.deepEqual(directivesOf(turnEvents), [], "no directive for a met request");
+        assert.equal(textOf(turnEvents), "Listed the open tickets: there are none.");
+        assert.deepEqual(kindsFromAnswer(turnEvents), ["agent_message_chunk", "agent:turn_ended"]);
+      }
+
+      const prompt = "summarize the release notes";
+      const { response, turnEvents } = await runTurn(sessionId, prompt, "unmet request");
+      assert.equal(response.stopReason, "end_turn", JSON.stringify(response));
+      assert.equal(response._meta.berth.terminal?.kind, "completed", JSON.stringify(response._meta.berth));
+      const directives = directivesOf(turnEvents);
+      assert.equal(directives.length, 1, `one directive: ${JSON.stringify(directives.map((e) => e.params.event))}`);
+      const judged = directives[0];
+      assert.deepEqual(judged.params.event, { type: "directive", directive: judgeDirective(prompt), applied: true });
+      assert.equal(judged.params.eventId, judged.eventId);
+      // The first answer ended the turn, the judge objected, the model read the
+      // restatement (it matched its rule) and answered once more; the judge
+      // does not run twice.
+      assert.equal(textOf(turnEvents.filter((e) => e.eventId < judged.eventId)), "Read the changelog instead.");
+      assert.equal(
+        textOf(turnEvents.filter((e) => e.eventId > judged.eventId)),
+        "Summarized the release notes: two fixes and one new flag.",
+      );
+      assert.deepEqual(kindsFromAnswer(turnEvents), [
+        "agent_message_chunk",
+        "agent:directive",
+        "agent_message_chunk",
+        "agent:turn_ended",
+      ]);
+      // A directive is not a user message: nothing is echoed for it.
+      assert.deepEqual(
+        turnEvents.filter((e) => e.kind === "user_message_chunk").map((e) => e.update.content.text),
+        [prompt],
+        "only the prompt is echoed",
+      );
+      step("a. met request: no directive; unmet request: completion_judge corrective applied, answered once, end_turn");
+    });
+
+    // ------------------------------------------------------------ b. steer vs judge
+    await subtest("b. a steer overrules the judge: the final answer follows the steer", async () => {
+      const { sessionId, cwd } = await newSession("steer");
+      const prompt = "rewrite the whole parser module";
+      const steerText = "prefer patching the tokenizer only";
+      const mark = lastEventId(sessionId);
+      const pending = startPrompt(sessionId, prompt);
+      // The model said its first line and called a shell that waits for
+      // `release`: the steer is sent while that call runs.
+      const call = await waitUpdate(
+        sessionId,
+        mark,
+        (u) => u.sessionUpdate === "tool_call" && u.rawInput?.command?.includes("release"),
+        "steer: the held shell call",
+      );
+      const toolCallId = call.params.update.toolCallId;
+      await waitUpdate(
+        sessionId,
+        mark,
+        (u) => u.sessionUpdate === "tool_call_update" && u.toolCallId === toolCallId && u.status === "in_progress",
+        "steer: the held shell call runs",
+      );
+      const steer = await within(
+        agent.request("session/inject", { sessionId, mode: "steer", content: steerText }),
+        5_000,
+        "session/inject steer",
+      );
+      assert.equal(steer.status, "accepted", JSON.stringify(steer));
+      assert.match(steer.messageId, /\S/);
+      fs.writeFileSync(path.join(cwd, "release"), "");
+
+      const { response, turnEvents } = await finishTurn(sessionId, pending, mark, "steer");
+      assert.equal(response.stopReason, "end_turn", JSON.stringify(response));
+      assert.equal(response._meta.berth.terminal?.kind, "completed", JSON.stringify(response._meta.berth));
+
+      const echoes = turnEvents.filter((e) => e.kind === "user_message_chunk" && e.update.messageId === steer.messageId);
+      assert.equal(echoes.length, 1, `one echo of the steer in ${JSON.stringify(turnEvents.map((e) => e.kind))}`);
+      const echo = echoes[0];
+      assert.deepEqual(echo.update.content, { type: "text", text: steerText });
+      // Delivered once the running batch settled (post_tool_dispatch).
+      const shellStatuses = turnEvents.filter((e) => e.kind === "tool_call_update" && e.update.toolCallId === toolCallId);
+      assert.deepEqual(shellStatuses.map((e) => e.update.status), ["in_progress", "completed"], "the held call ran");
+      assert.ok(shellStatuses.at(-1).eventId < echo.eventId, "the steer lands after the batch settled");
+
+      // The directives: the steer's contract (applied), then the judge's
+      // corrective on the same key, overruled by it.
+      const steerDirective = { authority: "contract", key: "objective", text: steerText, source: "steer" };
+      assert.deepEqual(
+        directivesOf(turnEvents).map((e) => e.params.event),
+        [
+          { type: "directive", directive: steerDirective, applied: true },
+          { type: "directive", directive: judgeDirective(prompt), applied: false, overruled_by: steerDirective },
+        ],
+        "the turn's directive events",
+      );
+      const [steered, overruled] = directivesOf(turnEvents);
+      assert.equal(overruled.params.event.overruled_by.source, "steer");
+      // After the echo: the steer's directive, the answer to it, the judge's
+      // overruled objection, and the end; the model never saw the restatement.
+      assert.deepEqual(
+        turnEvents.filter((e) => e.eventId > echo.eventId).map((e) => e.kind),
+        ["agent:directive", "agent_message_chunk", "agent:directive", "agent:turn_ended"],
+        "the turn's tail after the steer",
+      );
+      assert.ok(steered.eventId > echo.eventId && overruled.eventId > steered.eventId);
+      assert.equal(textOf(turnEvents.filter((e) => e.eventId > steered.eventId)), "Patched only the tokenizer.");
+      assert.equal(textOf(turnEvents), "Starting the parser rewrite.Patched only the tokenizer.");
+      assert.ok(!textOf(turnEvents).includes("Rewrote the whole parser module."), "the unsteered answer never played");
+      assert.ok(!textOf(turnEvents).includes("Went back to the original request."), "the restatement never reached the model");
+      step(`b. steer ${steer.messageId}: contract applied, judge's corrective overruled, final answer "Patched only the tokenizer."`);
+    });
+
+    // ------------------------------------------------------------ c. journaled
+    await subtest("c. session/load replays the same directive events", async () => {
+      for (const { sessionId, cwd, label } of sessions) {
+        const live = directivesOf(events(sessionId));
+        const loaded = await within(
+          agent.request(acp.methods.agent.session.load, { sessionId, cwd, mcpServers: [] }),
+          10_000,
+          `session/load ${label}`,
+        );
+        const last = loaded._meta?.berth?.lastEventId;
+        assert.equal(last, lastEventId(sessionId), `${label}: nothing new since the last turn`);
+        // Replayed events are sent before the answer; the SDK may run their
+        // handlers a few microtasks later.
+        await seen.waitFor(
+          () => events(sessionId, 0, Infinity, { replayed: true }).length === last,
+          5_000,
+          `${label}: the replay of ids 1..${last}`,
+        );
+        const replayed = directivesOf(events(sessionId, 0, Infinity, { replayed: true }));
+        assert.deepEqual(
+          replayed.map((e) => [e.eventId, e.params.event]),
+          live.map((e) => [e.eventId, e.params.event]),
+          `${label}: replayed directive events equal the live ones`,
+        );
+      }
+      step(`c. ${sessions.length} sessions: directive events replayed as journaled`);
+    });
+
+    // Every notification on the wire reached the SDK handlers, none rejected by zod.
+    const onWire = () => server.wire.items.filter((m) => NOTIFICATION_METHODS.has(m.method)).length;
+    await seen.waitFor(() => seen.items.length >= onWire(), 5_000, "the SDK delivered every notification on the wire");
+    assert.equal(seen.items.length, onWire(), "the SDK delivered every notification on the wire");
+    assert.deepEqual(sdkErrors, [], "the SDK logged no errors");
+
+    await server.shutdown();
+    conn.close();
+  } catch (error) {
+    t.diagnostic(`${server.label} stderr (tail):\n${server.stderr.slice(-4_000)}`);
+    t.diagnostic(
+      `${server.label} last frames:\n${server.wire.items
+        .slice(-20)
+        .map((m) => JSON.stringify(m).slice(0, 500))
+        .join("\n")}`,
+    );
+    throw error;
+  } finally {
+    killEverything();
+  }
+});
