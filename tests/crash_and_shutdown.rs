@@ -85,6 +85,37 @@ impl Server {
     }
 }
 
+impl Server {
+    /// `session/new` in `cwd` as request `id`; returns the session id.
+    fn new_session(&mut self, id: u64, cwd: &std::path::Path) -> String {
+        self.send(id, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+        self.until(id).1["result"]["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+/// A temp dir with a data dir path, a session cwd and `script` written out.
+fn workspace(
+    script: &str,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cwd, path) = (
+        dir.path().join("data"),
+        dir.path().join("work"),
+        dir.path().join("s.toml"),
+    );
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::write(&path, script).unwrap();
+    (dir, data, cwd, path)
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -100,23 +131,12 @@ fn event_id(note: &Value) -> u64 {
 
 #[test]
 fn acknowledged_events_survive_sigkill_and_the_turn_is_sealed() {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, cwd, script) = (
-        dir.path().join("data"),
-        dir.path().join("work"),
-        dir.path().join("s.toml"),
-    );
-    std::fs::create_dir_all(&cwd).unwrap();
-    std::fs::write(&script, SCRIPT).unwrap();
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
 
     let mut server = Server::start(&data, &script);
     server.send(1, "initialize", json!({"protocolVersion": 1}));
     server.until(1);
-    server.send(2, "session/new", json!({"cwd": cwd, "mcpServers": []}));
-    let sid = server.until(2).1["result"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let sid = server.new_session(2, &cwd);
     server.send(
         3,
         "session/prompt",
@@ -230,20 +250,9 @@ struct SleeperRun {
 }
 
 fn start_sleeper_turn() -> SleeperRun {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, cwd, script) = (
-        dir.path().join("data"),
-        dir.path().join("work"),
-        dir.path().join("s.toml"),
-    );
-    std::fs::create_dir_all(&cwd).unwrap();
-    std::fs::write(&script, SLEEPER).unwrap();
+    let (dir, data, cwd, script) = workspace(SLEEPER);
     let mut server = Server::start(&data, &script);
-    server.send(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
-    let sid = server.until(1).1["result"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let sid = server.new_session(1, &cwd);
     server.send(
         2,
         "session/prompt",
@@ -329,20 +338,9 @@ fn sigterm_stops_cleanly_kills_session_processes_and_the_turn_is_sealed_at_resta
 
 #[test]
 fn the_session_view_hashes_are_the_same_after_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, cwd, script) = (
-        dir.path().join("data"),
-        dir.path().join("work"),
-        dir.path().join("s.toml"),
-    );
-    std::fs::create_dir_all(&cwd).unwrap();
-    std::fs::write(&script, SCRIPT).unwrap();
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
     let mut server = Server::start(&data, &script);
-    server.send(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
-    let sid = server.until(1).1["result"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let sid = server.new_session(1, &cwd);
     server.send(
         2,
         "session/prompt",

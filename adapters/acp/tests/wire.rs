@@ -119,6 +119,31 @@ impl Client {
         self.response(id).await
     }
 
+    /// Sends `session/prompt` with one text block; returns the request id.
+    async fn prompt(&mut self, sid: &str, text: &str) -> u64 {
+        self.request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]}),
+        )
+        .await
+    }
+
+    /// A prompt and its answer (with the notifications before it).
+    async fn exchange_prompt(&mut self, sid: &str, text: &str) -> (Value, Vec<Value>) {
+        let id = self.prompt(sid, text).await;
+        self.response(id).await
+    }
+
+    /// A prompt's answer.
+    async fn call_prompt(&mut self, sid: &str, text: &str) -> Value {
+        self.exchange_prompt(sid, text).await.0
+    }
+
+    /// Reads frames until a tool call goes in progress.
+    async fn until_in_progress(&mut self) {
+        while self.read().await["params"]["update"]["status"] != "in_progress" {}
+    }
+
     async fn call(&mut self, method: &str, params: Value) -> Value {
         let id = self.request(method, params).await;
         self.response(id).await.0
@@ -250,12 +275,7 @@ async fn cancel_and_list_do_not_wait_behind_a_running_prompt() {
     )
     .await;
     let sid = c.new_session(dir.path()).await;
-    let prompt = c
-        .request(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"sleep"}]}),
-        )
-        .await;
+    let prompt = c.prompt(&sid, "sleep").await;
     // Wait until the tool call is in flight.
     loop {
         let v = c.read().await;
@@ -269,12 +289,7 @@ async fn cancel_and_list_do_not_wait_behind_a_running_prompt() {
         (entry["liveState"].as_str(), entry["activePrompt"].as_bool()),
         (Some("live"), Some(true))
     );
-    let again = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]}),
-        )
-        .await;
+    let again = c.call_prompt(&sid, "hi").await;
     assert_eq!(error_of(&again).0, -32006);
     // Cancel as a notification: never answered, still ends the turn.
     c.send_raw(
@@ -307,12 +322,7 @@ async fn requests_past_the_in_flight_bound_are_refused_at_once() {
         },
     );
     let sid = c.new_session(dir.path()).await;
-    let prompt = c
-        .request(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"slow"}]}),
-        )
-        .await;
+    let prompt = c.prompt(&sid, "slow").await;
     let r = c.call("session/list", json!({})).await;
     assert_eq!(error_of(&r).0, -32007);
     assert_eq!(error_of(&r).1["limit"], 1);
@@ -326,12 +336,7 @@ async fn a_second_client_loading_mid_turn_sees_every_event_exactly_once() {
     let node = node(dir.path()).await;
     let mut a = Client::connect(&node, ServeOptions::default());
     let sid = a.new_session(dir.path()).await;
-    let prompt = a
-        .request(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"slow"}]}),
-        )
-        .await;
+    let prompt = a.prompt(&sid, "slow").await;
     // Let the first chunk land, then attach a second client with replay.
     loop {
         if a.read().await["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
@@ -390,23 +395,13 @@ async fn closed_sessions_stay_readable_and_refuse_prompts() {
         error_of(&r),
         (-32602, json!({"field": "prompt[1]", "reason": reason}))
     );
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]}),
-        )
-        .await;
+    let r = c.call_prompt(&sid, "hi").await;
     assert_eq!(r["result"]["stopReason"], "end_turn");
     assert_eq!(
         c.call("session/close", json!({"sessionId": sid})).await["result"],
         json!({})
     );
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]}),
-        )
-        .await;
+    let r = c.call_prompt(&sid, "hi").await;
     assert_eq!(error_of(&r).0, -32005);
     let load = c.call("session/load", json!({"sessionId": sid})).await;
     let kinds: Vec<&str> = load["result"]["_meta"]["berth"]["replayed"]
@@ -436,12 +431,7 @@ async fn controls_racing_a_close_get_closed_session_answers() {
     for _ in 0..10 {
         let sid = c.new_session(dir.path()).await;
         let close = c.request("session/close", json!({"sessionId": sid})).await;
-        let prompt = c
-            .request(
-                "session/prompt",
-                json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]}),
-            )
-            .await;
+        let prompt = c.prompt(&sid, "hi").await;
         let load = c.request("session/load", json!({"sessionId": sid})).await;
         let cancel = c.request("session/cancel", json!({"sessionId": sid})).await;
         assert_eq!(c.response(close).await.0["result"], json!({}));
@@ -490,12 +480,7 @@ async fn inject_revoke_replace_and_their_receipts() {
     assert_eq!(r["error"]["message"], "Session has no active prompt");
 
     // A running turn (a 30 s tool call).
-    let prompt = c
-        .request(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"sleep"}]}),
-        )
-        .await;
+    let prompt = c.prompt(&sid, "sleep").await;
     loop {
         let v = c.read().await;
         let status = v["params"]["update"]["status"].clone();
@@ -675,12 +660,7 @@ async fn cancel_tool_call_stops_one_call_and_the_turn_goes_on() {
     let node = node(dir.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
-    let prompt = c
-        .request(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"two jobs"}]}),
-        )
-        .await;
+    let prompt = c.prompt(&sid, "two jobs").await;
     // The slow call's id, once it runs and has written its pid.
     let mut slow = None;
     while slow.is_none() {
@@ -814,23 +794,13 @@ async fn rollback_and_redo_move_the_transcript_and_the_files() {
         .await;
     assert_eq!(r["result"]["status"], "rolled_back");
     assert!(!a.exists(), "a.txt did not exist before the first turn");
-    let (r, _) = c
-        .exchange(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"hi"}]}),
-        )
-        .await;
+    let (r, _) = c.exchange_prompt(&sid, "hi").await;
     assert_eq!(r["result"]["stopReason"], "end_turn");
     let (r, _) = c.exchange("session/redo", json!({"sessionId": sid})).await;
     assert_eq!(r["result"]["status"], "nothing_to_redo");
 
     // Refused while a prompt runs.
-    let prompt = c
-        .request(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"slow"}]}),
-        )
-        .await;
+    let prompt = c.prompt(&sid, "slow").await;
     let (r, _) = c
         .exchange("session/rollback", json!({"sessionId": sid}))
         .await;
@@ -857,12 +827,7 @@ async fn approval_gated_tools_wait_for_the_client() {
     let a = dir.path().join("a.txt");
 
     // Rejected: the call never runs.
-    let prompt = c
-        .request(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"write v1"}]}),
-        )
-        .await;
+    let prompt = c.prompt(&sid, "write v1").await;
     let ask = next_permission_request(&mut c).await;
     assert_eq!(ask["params"]["sessionId"], sid.as_str());
     assert_eq!(ask["params"]["toolCall"]["rawInput"]["content"], "v1");
@@ -893,12 +858,7 @@ async fn approval_gated_tools_wait_for_the_client() {
         .any(|n| n["params"]["update"]["rawOutput"]["permission"]["outcome"] == "rejected"));
 
     // Allowed: it runs.
-    let prompt = c
-        .request(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"write v1"}]}),
-        )
-        .await;
+    let prompt = c.prompt(&sid, "write v1").await;
     let ask = next_permission_request(&mut c).await;
     c.send_raw(&json!({"jsonrpc":"2.0","id":ask["id"],"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}).to_string()).await;
     c.response(prompt).await;
@@ -906,12 +866,7 @@ async fn approval_gated_tools_wait_for_the_client() {
 
     // Cancel while waiting: the wait resolves as cancelled and nothing runs.
     std::fs::remove_file(&a).unwrap();
-    let prompt = c
-        .request(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"write v1"}]}),
-        )
-        .await;
+    let prompt = c.prompt(&sid, "write v1").await;
     next_permission_request(&mut c).await;
     let (r, _) = c
         .exchange("session/cancel", json!({"sessionId": sid}))
@@ -947,17 +902,8 @@ async fn only_the_injecting_client_may_revoke_or_replace() {
     let mut a = Client::connect(&node, ServeOptions::default());
     let mut b = Client::connect(&node, ServeOptions::default());
     let sid = a.new_session(dir.path()).await;
-    let prompt = a
-        .request(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"sleep"}]}),
-        )
-        .await;
-    loop {
-        if a.read().await["params"]["update"]["status"] == "in_progress" {
-            break;
-        }
-    }
+    let prompt = a.prompt(&sid, "sleep").await;
+    a.until_in_progress().await;
     let (r, _) = a
         .exchange(
             "session/inject",
