@@ -15,7 +15,8 @@
 // stdout carries only ACP frames (one JSON-RPC message per line), stderr logs.
 // Set BERTH_E2E_KEEP=1 to keep the temp dirs and BERTH_E2E_DUMP=<dir> to write
 // every frame (both directions, send order then receive order) and each
-// server's stderr there. Takes ~1 s on a warm machine.
+// server's stderr there. Takes ~1 s on a warm machine. The server process, wire
+// tap, SDK client and cleanup are in harness.mjs.
 //
 // What it proves, in order, over a real process and the SDK's client app
 // (`client({...}).onNotification(...)` + `connect`/`connectWith` over
@@ -56,277 +57,43 @@
 // (the SDK validates each `session/update` with zod and only logs, via
 // console.error, one it rejects; that log is captured and must stay empty).
 
-import { test, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { Readable, Writable } from "node:stream";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 
 import * as acp from "@agentclientprotocol/sdk";
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const REPO = path.resolve(HERE, "..", "..");
-const BERTH_BIN = process.env.BERTH_BIN || path.join(REPO, "target", "debug", "berth");
-const SCRIPT = path.join(HERE, "e2e-script.toml");
-const AGENT_EVENT = "_berth/agentEvent";
-const NOTIFICATION_METHODS = new Set([acp.methods.client.session.update, AGENT_EVENT]);
+import {
+  AGENT_EVENT,
+  BerthServer,
+  E2E_DIR,
+  NOTIFICATION_METHODS,
+  Recorder,
+  assertBerthBin,
+  assertSdkDeliveredAll,
+  clientApp,
+  descendants,
+  eventIdOf,
+  initialize,
+  killEverything,
+  maxEventId,
+  pollUntil,
+  procState,
+  processTable,
+  prompt,
+  reportServer,
+  stepper,
+  strayPids,
+  tempRoot,
+  within,
+} from "./harness.mjs";
 
-// ---------------------------------------------------------------- utilities
+const SCRIPT = path.join(E2E_DIR, "e2e-script.toml");
+const CLIENT = "berth-e2e";
+const startServer = (dataDir, label) => new BerthServer({ label, dataDir, script: SCRIPT });
 
-function within(promise, ms, label) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${label}`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** Polls `fn` (for facts no event announces, e.g. a pid in /proc) until it is truthy. */
-async function pollUntil(fn, ms, label, everyMs = 20) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = fn();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms: ${label}`);
-    await new Promise((resolve) => setTimeout(resolve, everyMs));
-  }
-}
-
-/** An append-only log with `waitFor(predicate)`. */
-class Recorder {
-  items = [];
-  #waiters = [];
-  push(item) {
-    this.items.push(item);
-    for (const w of [...this.#waiters]) {
-      if (w.pred(item, this.items)) {
-        this.#waiters.splice(this.#waiters.indexOf(w), 1);
-        w.resolve(item);
-      }
-    }
-  }
-  waitFor(pred, ms, label) {
-    const hit = this.items.find((item) => pred(item, this.items));
-    if (hit) return Promise.resolve(hit);
-    let waiter;
-    const p = new Promise((resolve) => {
-      waiter = { pred, resolve };
-      this.#waiters.push(waiter);
-    });
-    return within(p, ms, label).catch((error) => {
-      const at = this.#waiters.indexOf(waiter);
-      if (at >= 0) this.#waiters.splice(at, 1);
-      const tail = this.items.slice(-8).map((i) => JSON.stringify(i).slice(0, 300));
-      error.message += `\nlast items:\n  ${tail.join("\n  ")}`;
-      throw error;
-    });
-  }
-}
-
-const eventIdOf = (params) => params?._meta?.berth?.eventId;
-
-/** Linux process table from /proc. */
-function processTable() {
-  const table = [];
-  for (const name of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${name}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      const cmdline = fs
-        .readFileSync(`/proc/${name}/cmdline`, "utf8")
-        .split("\0")
-        .filter(Boolean)
-        .join(" ");
-      table.push({ pid: Number(name), state: fields[0], ppid: Number(fields[1]), pgid: Number(fields[2]), cmdline });
-    } catch {
-      // raced with the process exiting
-    }
-  }
-  return table;
-}
-
-function descendants(rootPid) {
-  const table = processTable();
-  const found = [];
-  const queue = [rootPid];
-  while (queue.length) {
-    const parent = queue.shift();
-    for (const p of table) {
-      if (p.ppid === parent) {
-        found.push(p);
-        queue.push(p.pid);
-      }
-    }
-  }
-  return found;
-}
-
-/** The /proc state letter of `pid`, or null once the pid no longer exists. */
-function procState(pid) {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
-  } catch {
-    return null;
-  }
-}
-
-// Every console.error the SDK prints (e.g. "Error handling notification" when zod
-// rejects a `session/update`) is a failure of this test.
-const sdkErrors = [];
-const consoleError = console.error;
-console.error = (...args) => {
-  sdkErrors.push(args.map((a) => (a instanceof Error ? a.stack : JSON.stringify(a))).join(" "));
-  consoleError(...args);
-};
-
-// ---------------------------------------------------------------- servers
-
-const servers = new Set();
-const strayPids = new Set();
-const tempDirs = [];
-
-class BerthServer {
-  constructor(dataDir, label) {
-    this.label = label;
-    this.child = spawn(BERTH_BIN, ["serve", "--data-dir", dataDir, "--model", `scripted:${SCRIPT}`], {
-      cwd: os.tmpdir(),
-      stdio: ["pipe", "pipe", "pipe"],
-      env: { ...process.env, NO_COLOR: "1" },
-    });
-    servers.add(this);
-    this.pid = this.child.pid;
-    this.stderr = "";
-    this.child.stderr.on("data", (d) => {
-      this.stderr = (this.stderr + d).slice(-20_000);
-    });
-    this.child.stdin.on("error", () => {}); // EPIPE after a kill
-    this.exited = new Promise((resolve) => {
-      this.child.once("exit", (code, signal) => {
-        servers.delete(this);
-        this.dump();
-        resolve({ code, signal });
-      });
-    });
-    this.child.once("error", (error) => {
-      throw new Error(`cannot spawn ${BERTH_BIN}: ${error.message}`);
-    });
-    /** Every message berth wrote, in wire order, before the SDK saw it. */
-    this.wire = new Recorder();
-    /** Every message the SDK wrote, in order. */
-    this.sent = [];
-    const base = acp.ndJsonStream(Writable.toWeb(this.child.stdin), Readable.toWeb(this.child.stdout));
-    const inTap = new TransformStream({
-      transform: (msg, controller) => {
-        this.wire.push(msg);
-        controller.enqueue(msg);
-      },
-    });
-    const outTap = new TransformStream({
-      transform: (msg, controller) => {
-        this.sent.push(msg);
-        controller.enqueue(msg);
-      },
-    });
-    outTap.readable.pipeTo(base.writable).catch(() => {});
-    this.stream = { readable: base.readable.pipeThrough(inTap), writable: outTap.writable };
-  }
-
-  /** Wire index of the response to the last request of `method` the SDK sent. */
-  async responseIndex(method, ms) {
-    const request = this.sent.findLast((m) => m.method === method && "id" in m);
-    assert.ok(request, `no ${method} request was sent`);
-    await this.wire.waitFor((m) => !("method" in m) && m.id === request.id, ms, `${method} response on the wire`);
-    return this.wire.items.findIndex((m) => !("method" in m) && m.id === request.id);
-  }
-
-  /** With BERTH_E2E_DUMP=<dir>: writes this server's frames (both ways) there. */
-  dump() {
-    const dir = process.env.BERTH_E2E_DUMP;
-    if (!dir) return;
-    fs.mkdirSync(dir, { recursive: true });
-    const file = path.join(dir, `${this.label.replace(/\W+/g, "-")}.jsonl`);
-    const lines = [...this.sent.map((m) => ["->", m]), ...this.wire.items.map((m) => ["<-", m])];
-    fs.writeFileSync(file, lines.map(([dir, m]) => `${dir} ${JSON.stringify(m)}`).join("\n") + "\n");
-    fs.writeFileSync(file.replace(/\.jsonl$/, ".stderr.log"), this.stderr);
-  }
-
-  /** Closes stdin (berth then shuts down by itself) and waits for the exit. */
-  async shutdown(ms = 10_000) {
-    this.child.stdin.end();
-    return within(this.exited, ms, `${this.label} exits after stdin EOF`);
-  }
-
-  kill() {
-    for (const p of descendants(this.pid)) strayPids.add(p.pid);
-    try {
-      process.kill(this.pid, "SIGKILL");
-    } catch {
-      // already gone
-    }
-  }
-}
-
-function killEverything() {
-  for (const server of [...servers]) server.kill();
-  for (const pid of strayPids) {
-    try {
-      process.kill(pid, "SIGKILL");
-    } catch {
-      // already gone
-    }
-  }
-}
-
-process.on("exit", killEverything);
-after(() => {
-  killEverything();
-  if (!process.env.BERTH_E2E_KEEP) {
-    for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
-  }
-});
-
-/**
- * The SDK client app. It validates every `session/update` with zod before the
- * handler runs; `_berth/agentEvent` is an extension notification, registered
- * with an identity params parser.
- */
-function clientApp(seen) {
-  return acp
-    .client({ name: "berth-e2e" })
-    .onNotification(acp.methods.client.session.update, ({ params }) => {
-      seen.push({ method: acp.methods.client.session.update, params });
-    })
-    .onNotification(AGENT_EVENT, (params) => params, ({ params }) => {
-      seen.push({ method: AGENT_EVENT, params });
-    });
-}
-
-async function initialize(agent) {
-  const init = await within(
-    agent.request(acp.methods.agent.initialize, {
-      protocolVersion: acp.PROTOCOL_VERSION,
-      clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
-      clientInfo: { name: "berth-e2e", version: "0.0.0" },
-    }),
-    10_000,
-    "initialize",
-  );
-  assert.equal(init.protocolVersion, 1);
-  assert.equal(init.agentCapabilities?.loadSession, true);
-  for (const cap of ["list", "resume", "close"]) {
-    assert.ok(init.agentCapabilities?.sessionCapabilities?.[cap], `sessionCapabilities.${cap}: ${JSON.stringify(init)}`);
-  }
-  return init;
-}
-
-function prompt(agent, sessionId, text) {
-  return agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text }] });
-}
+// ---------------------------------------------------------------- helpers
 
 function assertEndTurn(response, label) {
   assert.equal(response.stopReason, "end_turn", `${label}: ${JSON.stringify(response)}`);
@@ -365,49 +132,27 @@ function updatesAfter(seen, sessionId, after) {
     .map((p) => ({ ...p.update, eventId: eventIdOf(p) }));
 }
 
-/** Every ACP notification on the wire reached the SDK handlers (none dropped by validation). */
-function assertSdkDeliveredAll(server, seen) {
-  const onWire = server.wire.items.filter((m) => NOTIFICATION_METHODS.has(m.method));
-  const delivered = seen.items.map((n) => `${n.method}#${eventIdOf(n.params)}`);
-  assert.deepEqual(
-    delivered.sort(),
-    onWire.map((m) => `${m.method}#${eventIdOf(m.params)}`).sort(),
-    "the SDK delivered every notification on the wire",
-  );
-  assert.deepEqual(sdkErrors, [], "the SDK logged no errors");
-}
-
-function maxEventId(server) {
-  let max = 0;
-  for (const m of server.wire.items) {
-    if (NOTIFICATION_METHODS.has(m.method)) max = Math.max(max, eventIdOf(m.params) ?? 0);
-  }
-  return max;
-}
-
 // ---------------------------------------------------------------- the test
 
 test("berth serve end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 120_000 }, async (t) => {
-  assert.ok(fs.existsSync(BERTH_BIN), `no berth binary at ${BERTH_BIN}: run \`cargo build --bin berth\` or set BERTH_BIN`);
-  const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "berth-e2e-")));
-  tempDirs.push(root);
+  assertBerthBin();
+  const root = tempRoot("berth-e2e-");
   const dataDir = path.join(root, "data");
   const workDir = path.join(root, "work");
   fs.mkdirSync(workDir);
-  const started = Date.now();
-  const step = (name) => t.diagnostic(`${((Date.now() - started) / 1000).toFixed(2)} s: ${name}`);
+  const step = stepper(t);
   let current;
 
   try {
     // ------------------------------------------------ phase 1: first server
-    const s1 = (current = new BerthServer(dataDir, "server 1"));
+    const s1 = (current = startServer(dataDir, "server 1"));
     const seen1 = new Recorder();
     // `connect` (not `connectWith`) because this server gets SIGKILLed mid-turn:
     // `connectWith` would reject its whole operation when the stream closes.
-    const conn1 = clientApp(seen1).connect(s1.stream);
+    const conn1 = clientApp(seen1, CLIENT).connect(s1.stream);
     const agent = conn1.agent;
 
-    await initialize(agent);
+    await initialize(agent, CLIENT);
     step("initialized");
 
     const created = await within(
@@ -593,11 +338,11 @@ test("berth serve end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 12
     step(`SIGKILLed server 1 mid-turn; highest eventId seen ${highestSeen}`);
 
     // ------------------------------------------------ phase 2: restart, load
-    const s2 = (current = new BerthServer(dataDir, "server 2"));
+    const s2 = (current = startServer(dataDir, "server 2"));
     const seen2 = new Recorder();
     let lastEventId;
-    await clientApp(seen2).connectWith(s2.stream, async (agent2) => {
-      await initialize(agent2);
+    await clientApp(seen2, CLIENT).connectWith(s2.stream, async (agent2) => {
+      await initialize(agent2, CLIENT);
       const loadStart = s2.wire.items.length;
       const loaded = await within(
         agent2.request(acp.methods.agent.session.load, { sessionId, cwd: workDir, mcpServers: [] }),
@@ -681,10 +426,10 @@ test("berth serve end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 12
     await s2.shutdown();
 
     // ------------------------------------------------ phase 3: resume, prompt
-    const s3 = (current = new BerthServer(dataDir, "server 3"));
+    const s3 = (current = startServer(dataDir, "server 3"));
     const seen3 = new Recorder();
-    await clientApp(seen3).connectWith(s3.stream, async (agent3) => {
-      await initialize(agent3);
+    await clientApp(seen3, CLIENT).connectWith(s3.stream, async (agent3) => {
+      await initialize(agent3, CLIENT);
       const resumeStart = s3.wire.items.length;
       const resumed = await within(
         agent3.request(acp.methods.agent.session.resume, { sessionId, cwd: workDir, mcpServers: [] }),
@@ -713,15 +458,7 @@ test("berth serve end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 12
     await s3.shutdown();
     current = undefined;
   } catch (error) {
-    for (const server of [current].filter(Boolean)) {
-      t.diagnostic(`${server.label} stderr (tail):\n${server.stderr.slice(-4_000)}`);
-      t.diagnostic(
-        `${server.label} last frames:\n${server.wire.items
-          .slice(-15)
-          .map((m) => JSON.stringify(m).slice(0, 400))
-          .join("\n")}`,
-      );
-    }
+    for (const server of [current].filter(Boolean)) reportServer(t, server, { frames: 15, frameChars: 400 });
     throw error;
   } finally {
     killEverything();

@@ -12,7 +12,8 @@
 // --model scripted:<this dir>/completion-judge-script.toml`, the config file
 // holding just `completion_judge = true`. BERTH_E2E_KEEP=1 keeps the temp dir
 // and BERTH_E2E_DUMP=<dir> writes every frame (both directions) and the
-// server's stderr there. Takes ~0.2 s.
+// server's stderr there. Takes ~0.2 s. The server process, wire tap, SDK
+// client and cleanup are in harness.mjs.
 //
 // The judge (`ObjectiveJudge`) runs once per turn, when the model ends it: if
 // the final answer mentions fewer than half of the prompt's words of 4+
@@ -40,249 +41,61 @@
 // a session must arrive live (checked against the session view after each
 // turn). The server (and anything it left behind) is SIGKILLed at the end.
 
-import { test, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { Readable, Writable } from "node:stream";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 
 import * as acp from "@agentclientprotocol/sdk";
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const REPO = path.resolve(HERE, "..", "..");
-const BERTH_BIN = process.env.BERTH_BIN || path.join(REPO, "target", "debug", "berth");
-const SCRIPT = path.join(HERE, "completion-judge-script.toml");
-const AGENT_EVENT = "_berth/agentEvent";
-const SESSION_UPDATE = acp.methods.client.session.update;
-const NOTIFICATION_METHODS = new Set([SESSION_UPDATE, AGENT_EVENT]);
+import {
+  AGENT_EVENT,
+  BerthServer,
+  E2E_DIR,
+  NOTIFICATION_METHODS,
+  Recorder,
+  assertBerthBin,
+  assertSdkDeliveredAll,
+  clientApp,
+  eventIdOf,
+  initialize,
+  killEverything,
+  reportServer,
+  sessionHelpers,
+  stepper,
+  subtestRunner,
+  tempRoot,
+  within,
+} from "./harness.mjs";
 
-// ---------------------------------------------------------------- utilities
-
-function within(promise, ms, label) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${label}`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** An append-only log with `waitFor(predicate)`. */
-class Recorder {
-  items = [];
-  #waiters = [];
-  push(item) {
-    this.items.push(item);
-    for (const w of [...this.#waiters]) {
-      if (w.pred(item, this.items)) {
-        this.#waiters.splice(this.#waiters.indexOf(w), 1);
-        w.resolve(item);
-      }
-    }
-  }
-  waitFor(pred, ms, label) {
-    const hit = this.items.find((item) => pred(item, this.items));
-    if (hit) return Promise.resolve(hit);
-    let waiter;
-    const p = new Promise((resolve) => {
-      waiter = { pred, resolve };
-      this.#waiters.push(waiter);
-    });
-    return within(p, ms, label).catch((error) => {
-      const at = this.#waiters.indexOf(waiter);
-      if (at >= 0) this.#waiters.splice(at, 1);
-      const tail = this.items.slice(-8).map((i) => JSON.stringify(i).slice(0, 300));
-      error.message += `\nlast items:\n  ${tail.join("\n  ")}`;
-      throw error;
-    });
-  }
-}
-
-const eventIdOf = (params) => params?._meta?.berth?.eventId;
-
-function descendants(rootPid) {
-  const table = [];
-  for (const name of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${name}/stat`, "utf8");
-      table.push({ pid: Number(name), ppid: Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) });
-    } catch {
-      // raced with the process exiting
-    }
-  }
-  const found = [];
-  const queue = [rootPid];
-  while (queue.length) {
-    const parent = queue.shift();
-    for (const p of table) {
-      if (p.ppid === parent) {
-        found.push(p.pid);
-        queue.push(p.pid);
-      }
-    }
-  }
-  return found;
-}
-
-// Every console.error the SDK prints (e.g. when zod rejects a `session/update`)
-// is a failure of this test.
-const sdkErrors = [];
-const consoleError = console.error;
-console.error = (...args) => {
-  sdkErrors.push(args.map((a) => (a instanceof Error ? a.stack : JSON.stringify(a))).join(" "));
-  consoleError(...args);
-};
-
-// ---------------------------------------------------------------- the server
-
-const servers = new Set();
-const tempDirs = [];
-
-class BerthServer {
-  constructor(args, label) {
-    this.label = label;
-    this.child = spawn(BERTH_BIN, args, {
-      cwd: os.tmpdir(),
-      stdio: ["pipe", "pipe", "pipe"],
-      env: { ...process.env, NO_COLOR: "1" },
-    });
-    servers.add(this);
-    this.pid = this.child.pid;
-    this.stderr = "";
-    this.child.stderr.on("data", (d) => {
-      this.stderr = (this.stderr + d).slice(-20_000);
-    });
-    this.child.stdin.on("error", () => {}); // EPIPE after a kill
-    this.exited = new Promise((resolve) => {
-      this.child.once("exit", (code, signal) => {
-        servers.delete(this);
-        this.dump();
-        resolve({ code, signal });
-      });
-    });
-    this.child.once("error", (error) => {
-      throw new Error(`cannot spawn ${BERTH_BIN}: ${error.message}`);
-    });
-    /** Every message berth wrote, in wire order, before the SDK saw it. */
-    this.wire = new Recorder();
-    /** Every message the SDK wrote, in order. */
-    this.sent = [];
-    const base = acp.ndJsonStream(Writable.toWeb(this.child.stdin), Readable.toWeb(this.child.stdout));
-    const inTap = new TransformStream({
-      transform: (msg, controller) => {
-        this.wire.push(msg);
-        controller.enqueue(msg);
-      },
-    });
-    const outTap = new TransformStream({
-      transform: (msg, controller) => {
-        this.sent.push(msg);
-        controller.enqueue(msg);
-      },
-    });
-    outTap.readable.pipeTo(base.writable).catch(() => {});
-    this.stream = { readable: base.readable.pipeThrough(inTap), writable: outTap.writable };
-  }
-
-  dump() {
-    const dir = process.env.BERTH_E2E_DUMP;
-    if (!dir) return;
-    fs.mkdirSync(dir, { recursive: true });
-    const file = path.join(dir, `completion-judge-${this.label.replace(/\W+/g, "-")}.jsonl`);
-    const lines = [...this.sent.map((m) => ["->", m]), ...this.wire.items.map((m) => ["<-", m])];
-    fs.writeFileSync(file, lines.map(([d, m]) => `${d} ${JSON.stringify(m)}`).join("\n") + "\n");
-    fs.writeFileSync(file.replace(/\.jsonl$/, ".stderr.log"), this.stderr);
-  }
-
-  async shutdown(ms = 10_000) {
-    this.child.stdin.end();
-    return within(this.exited, ms, `${this.label} exits after stdin EOF`);
-  }
-
-  kill() {
-    const pids = [this.pid, ...descendants(this.pid)];
-    for (const pid of pids) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        // already gone
-      }
-    }
-  }
-}
-
-function killEverything() {
-  for (const server of [...servers]) server.kill();
-}
-
-process.on("exit", killEverything);
-after(() => {
-  killEverything();
-  if (!process.env.BERTH_E2E_KEEP) {
-    for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
-  }
-});
-
-/** The SDK client app: zod-validated `session/update`s and raw `_berth/agentEvent`s. */
-function clientApp(seen) {
-  return acp
-    .client({ name: "berth-e2e-completion-judge" })
-    .onNotification(SESSION_UPDATE, ({ params }) => {
-      seen.push({ method: SESSION_UPDATE, params });
-    })
-    .onNotification(AGENT_EVENT, (params) => params, ({ params }) => {
-      seen.push({ method: AGENT_EVENT, params });
-    });
-}
+const SCRIPT = path.join(E2E_DIR, "completion-judge-script.toml");
+const CLIENT = "berth-e2e-completion-judge";
 
 // ---------------------------------------------------------------- the test
 
 test("berth completion judge vs steer end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 60_000 }, async (t) => {
-  assert.ok(fs.existsSync(BERTH_BIN), `no berth binary at ${BERTH_BIN}: run \`cargo build --bin berth\` or set BERTH_BIN`);
-  const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "berth-e2e-judge-")));
-  tempDirs.push(root);
+  assertBerthBin();
+  const root = tempRoot("berth-e2e-judge-");
   const config = path.join(root, "berth.toml");
   fs.writeFileSync(config, "completion_judge = true\n");
-  const started = Date.now();
-  const step = (name) => t.diagnostic(`${((Date.now() - started) / 1000).toFixed(2)} s: ${name}`);
+  const step = stepper(t);
 
-  const server = new BerthServer(
-    ["serve", "--config", config, "--data-dir", path.join(root, "data"), "--model", `scripted:${SCRIPT}`],
-    "judge server",
-  );
+  const server = new BerthServer({
+    label: "judge server",
+    config,
+    dataDir: path.join(root, "data"),
+    script: SCRIPT,
+    dumpPrefix: "completion-judge-",
+  });
   try {
     const seen = new Recorder();
-    const conn = clientApp(seen).connect(server.stream);
+    const conn = clientApp(seen, CLIENT).connect(server.stream);
     const agent = conn.agent;
-    const init = await within(
-      agent.request(acp.methods.agent.initialize, {
-        protocolVersion: acp.PROTOCOL_VERSION,
-        clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
-        clientInfo: { name: "berth-e2e-completion-judge", version: "0.0.0" },
-      }),
-      10_000,
-      "initialize",
-    );
-    assert.equal(init.protocolVersion, 1);
+    await initialize(agent, CLIENT);
 
     // ------------------------------------------------------------ helpers
 
-    const sessions = [];
-    async function newSession(label) {
-      const cwd = path.join(root, `work-${label}`);
-      fs.mkdirSync(cwd);
-      const created = await within(
-        agent.request(acp.methods.agent.session.new, { cwd, mcpServers: [] }),
-        10_000,
-        `session/new (${label})`,
-      );
-      const entry = { label, sessionId: created.sessionId, cwd };
-      sessions.push(entry);
-      return entry;
-    }
+    const { sessions, newSession, lastEventId, waitUpdate, startPrompt } = sessionHelpers({ agent, seen, server, root });
 
     /** The session's events the SDK delivered (live, or only replayed ones), as `{kind, eventId, update, params}`, in id order. */
     function events(sessionId, after = 0, upTo = Infinity, { replayed = false } = {}) {
@@ -300,34 +113,6 @@ test("berth completion judge vs steer end to end with @agentclientprotocol/sdk 2
         });
       }
       return [...byId.values()].sort((a, b) => a.eventId - b.eventId);
-    }
-
-    function lastEventId(sessionId) {
-      let max = 0;
-      for (const m of server.wire.items) {
-        if (NOTIFICATION_METHODS.has(m.method) && m.params?.sessionId === sessionId) {
-          max = Math.max(max, eventIdOf(m.params) ?? 0);
-        }
-      }
-      return max;
-    }
-
-    function waitUpdate(sessionId, after, pred, label, ms = 10_000) {
-      return seen.waitFor(
-        (n) =>
-          n.method === SESSION_UPDATE &&
-          n.params.sessionId === sessionId &&
-          eventIdOf(n.params) > after &&
-          pred(n.params.update),
-        ms,
-        label,
-      );
-    }
-
-    function startPrompt(sessionId, text) {
-      const pending = agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text }] });
-      pending.catch(() => {});
-      return pending;
     }
 
     /**
@@ -370,21 +155,7 @@ test("berth completion judge vs steer end to end with @agentclientprotocol/sdk 2
     /** The turn's event kinds from the first agent_message_chunk on. */
     const kindsFromAnswer = (evs) => evs.slice(evs.findIndex((e) => e.kind === "agent_message_chunk")).map((e) => e.kind);
 
-    const subtest = (name, fn) =>
-      t.test(name, { timeout: 20_000 }, async (st) => {
-        try {
-          await fn(st);
-        } catch (error) {
-          st.diagnostic(`${server.label} stderr (tail):\n${server.stderr.slice(-2_000)}`);
-          st.diagnostic(
-            `${server.label} last frames:\n${server.wire.items
-              .slice(-20)
-              .map((m) => JSON.stringify(m).slice(0, 500))
-              .join("\n")}`,
-          );
-          throw error;
-        }
-      });
+    const subtest = subtestRunner(t, { timeout: 20_000, server: () => server });
 
     // ------------------------------------------------------------ a. judge alone
     await subtest("a. without a steer, the judge restates an unmet request once and the model completes it", async () => {
@@ -534,19 +305,12 @@ test("berth completion judge vs steer end to end with @agentclientprotocol/sdk 2
     // Every notification on the wire reached the SDK handlers, none rejected by zod.
     const onWire = () => server.wire.items.filter((m) => NOTIFICATION_METHODS.has(m.method)).length;
     await seen.waitFor(() => seen.items.length >= onWire(), 5_000, "the SDK delivered every notification on the wire");
-    assert.equal(seen.items.length, onWire(), "the SDK delivered every notification on the wire");
-    assert.deepEqual(sdkErrors, [], "the SDK logged no errors");
+    assertSdkDeliveredAll(server, seen);
 
     await server.shutdown();
     conn.close();
   } catch (error) {
-    t.diagnostic(`${server.label} stderr (tail):\n${server.stderr.slice(-4_000)}`);
-    t.diagnostic(
-      `${server.label} last frames:\n${server.wire.items
-        .slice(-20)
-        .map((m) => JSON.stringify(m).slice(0, 500))
-        .join("\n")}`,
-    );
+    reportServer(t, server);
     throw error;
   } finally {
     killEverything();

@@ -11,7 +11,8 @@
 // server is `berth serve --data-dir <temp dir> --model scripted:<this
 // dir>/mid-turn-script.toml`. BERTH_E2E_KEEP=1 keeps the temp dir and
 // BERTH_E2E_DUMP=<dir> writes every frame (both directions) and each server's
-// stderr there. Takes ~4 s.
+// stderr there. Takes ~4 s. The server process, wire tap, SDK client and
+// cleanup are in harness.mjs.
 //
 // berth's controls are extension methods ACP does not define (`session/inject`,
 // `session/revoke_inject`, `session/replace_inject`,
@@ -67,255 +68,45 @@
 // (journaled by the session actor) races the turn's own events (journaled by
 // the turn task). `settle` checks that after every scenario.
 
-import { test, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { Readable, Writable } from "node:stream";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 
 import * as acp from "@agentclientprotocol/sdk";
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const REPO = path.resolve(HERE, "..", "..");
-const BERTH_BIN = process.env.BERTH_BIN || path.join(REPO, "target", "debug", "berth");
-const SCRIPT = path.join(HERE, "mid-turn-script.toml");
-const AGENT_EVENT = "_berth/agentEvent";
-const SESSION_UPDATE = acp.methods.client.session.update;
-const NOTIFICATION_METHODS = new Set([SESSION_UPDATE, AGENT_EVENT]);
+import {
+  AGENT_EVENT,
+  BerthServer,
+  E2E_DIR,
+  Recorder,
+  SESSION_UPDATE,
+  assertBerthBin,
+  assertSdkDeliveredAll,
+  clientApp,
+  eventIdOf,
+  initialize,
+  killEverything,
+  pollUntil,
+  procCmdline,
+  procState,
+  reportServer,
+  sdkErrors,
+  sessionHelpers,
+  stepper,
+  strayPids,
+  subtestRunner,
+  tempRoot,
+  within,
+} from "./harness.mjs";
+
+const SCRIPT = path.join(E2E_DIR, "mid-turn-script.toml");
+const CLIENT = "berth-e2e-mid-turn";
+const startServer = (dataDir, label) => new BerthServer({ label, dataDir, script: SCRIPT, dumpPrefix: "mid-turn-" });
 const UNKNOWN_SESSION = "sess_does_not_exist";
 const INTERRUPTED_REASON = "a user interrupt arrived before this tool call was dispatched";
 
-// ---------------------------------------------------------------- utilities
-
-function within(promise, ms, label) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${label}`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** Polls `fn` (for facts no event announces, e.g. a pid in /proc) until it is truthy. */
-async function pollUntil(fn, ms, label, everyMs = 20) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = fn();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms: ${label}`);
-    await new Promise((resolve) => setTimeout(resolve, everyMs));
-  }
-}
-
-/** An append-only log with `waitFor(predicate)`. */
-class Recorder {
-  items = [];
-  #waiters = [];
-  push(item) {
-    this.items.push(item);
-    for (const w of [...this.#waiters]) {
-      if (w.pred(item, this.items)) {
-        this.#waiters.splice(this.#waiters.indexOf(w), 1);
-        w.resolve(item);
-      }
-    }
-  }
-  waitFor(pred, ms, label) {
-    const hit = this.items.find((item) => pred(item, this.items));
-    if (hit) return Promise.resolve(hit);
-    let waiter;
-    const p = new Promise((resolve) => {
-      waiter = { pred, resolve };
-      this.#waiters.push(waiter);
-    });
-    return within(p, ms, label).catch((error) => {
-      const at = this.#waiters.indexOf(waiter);
-      if (at >= 0) this.#waiters.splice(at, 1);
-      const tail = this.items.slice(-8).map((i) => JSON.stringify(i).slice(0, 300));
-      error.message += `\nlast items:\n  ${tail.join("\n  ")}`;
-      throw error;
-    });
-  }
-}
-
-const eventIdOf = (params) => params?._meta?.berth?.eventId;
-
-/** The /proc state letter of `pid`, or null once the pid no longer exists. */
-function procState(pid) {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
-  } catch {
-    return null;
-  }
-}
-
-function procCmdline(pid) {
-  try {
-    return fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean).join(" ");
-  } catch {
-    return null;
-  }
-}
-
-function descendants(rootPid) {
-  const table = [];
-  for (const name of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${name}/stat`, "utf8");
-      table.push({ pid: Number(name), ppid: Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) });
-    } catch {
-      // raced with the process exiting
-    }
-  }
-  const found = [];
-  const queue = [rootPid];
-  while (queue.length) {
-    const parent = queue.shift();
-    for (const p of table) {
-      if (p.ppid === parent) {
-        found.push(p.pid);
-        queue.push(p.pid);
-      }
-    }
-  }
-  return found;
-}
-
-// Every console.error the SDK prints (e.g. when zod rejects a `session/update`)
-// is a failure of this test.
-const sdkErrors = [];
-const consoleError = console.error;
-console.error = (...args) => {
-  sdkErrors.push(args.map((a) => (a instanceof Error ? a.stack : JSON.stringify(a))).join(" "));
-  consoleError(...args);
-};
-
-// ---------------------------------------------------------------- servers
-
-const servers = new Set();
-const strayPids = new Set();
-const tempDirs = [];
-
-class BerthServer {
-  constructor(dataDir, label) {
-    this.label = label;
-    this.child = spawn(BERTH_BIN, ["serve", "--data-dir", dataDir, "--model", `scripted:${SCRIPT}`], {
-      cwd: os.tmpdir(),
-      stdio: ["pipe", "pipe", "pipe"],
-      env: { ...process.env, NO_COLOR: "1" },
-    });
-    servers.add(this);
-    this.pid = this.child.pid;
-    this.stderr = "";
-    this.child.stderr.on("data", (d) => {
-      this.stderr = (this.stderr + d).slice(-20_000);
-    });
-    this.child.stdin.on("error", () => {}); // EPIPE after a kill
-    this.exited = new Promise((resolve) => {
-      this.child.once("exit", (code, signal) => {
-        servers.delete(this);
-        this.dump();
-        resolve({ code, signal });
-      });
-    });
-    this.child.once("error", (error) => {
-      throw new Error(`cannot spawn ${BERTH_BIN}: ${error.message}`);
-    });
-    /** Every message berth wrote, in wire order, before the SDK saw it. */
-    this.wire = new Recorder();
-    /** Every message the SDK wrote, in order. */
-    this.sent = [];
-    const base = acp.ndJsonStream(Writable.toWeb(this.child.stdin), Readable.toWeb(this.child.stdout));
-    const inTap = new TransformStream({
-      transform: (msg, controller) => {
-        this.wire.push(msg);
-        controller.enqueue(msg);
-      },
-    });
-    const outTap = new TransformStream({
-      transform: (msg, controller) => {
-        this.sent.push(msg);
-        controller.enqueue(msg);
-      },
-    });
-    outTap.readable.pipeTo(base.writable).catch(() => {});
-    this.stream = { readable: base.readable.pipeThrough(inTap), writable: outTap.writable };
-  }
-
-  dump() {
-    const dir = process.env.BERTH_E2E_DUMP;
-    if (!dir) return;
-    fs.mkdirSync(dir, { recursive: true });
-    const file = path.join(dir, `mid-turn-${this.label.replace(/\W+/g, "-")}.jsonl`);
-    const lines = [...this.sent.map((m) => ["->", m]), ...this.wire.items.map((m) => ["<-", m])];
-    fs.writeFileSync(file, lines.map(([d, m]) => `${d} ${JSON.stringify(m)}`).join("\n") + "\n");
-    fs.writeFileSync(file.replace(/\.jsonl$/, ".stderr.log"), this.stderr);
-  }
-
-  async shutdown(ms = 10_000) {
-    this.child.stdin.end();
-    return within(this.exited, ms, `${this.label} exits after stdin EOF`);
-  }
-
-  kill() {
-    for (const pid of descendants(this.pid)) strayPids.add(pid);
-    try {
-      process.kill(this.pid, "SIGKILL");
-    } catch {
-      // already gone
-    }
-  }
-}
-
-function killEverything() {
-  for (const server of [...servers]) server.kill();
-  for (const pid of strayPids) {
-    try {
-      process.kill(pid, "SIGKILL");
-    } catch {
-      // already gone
-    }
-  }
-}
-
-process.on("exit", killEverything);
-after(() => {
-  killEverything();
-  if (!process.env.BERTH_E2E_KEEP) {
-    for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
-  }
-});
-
-/** The SDK client app: zod-validated `session/update`s and raw `_berth/agentEvent`s. */
-function clientApp(seen) {
-  return acp
-    .client({ name: "berth-e2e-mid-turn" })
-    .onNotification(SESSION_UPDATE, ({ params }) => {
-      seen.push({ method: SESSION_UPDATE, params });
-    })
-    .onNotification(AGENT_EVENT, (params) => params, ({ params }) => {
-      seen.push({ method: AGENT_EVENT, params });
-    });
-}
-
-async function initialize(agent) {
-  const init = await within(
-    agent.request(acp.methods.agent.initialize, {
-      protocolVersion: acp.PROTOCOL_VERSION,
-      clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
-      clientInfo: { name: "berth-e2e-mid-turn", version: "0.0.0" },
-    }),
-    10_000,
-    "initialize",
-  );
-  assert.equal(init.protocolVersion, 1);
-  assert.equal(init.agentCapabilities?.loadSession, true);
-  return init;
-}
+// ---------------------------------------------------------------- helpers
 
 /** Asserts `promise` rejects with a JSON-RPC error of `code` (and `data.reason`, `message` when given). */
 async function assertRpcError(promise, { code, reason, message }, label) {
@@ -334,23 +125,21 @@ async function assertRpcError(promise, { code, reason, message }, label) {
 // ---------------------------------------------------------------- the test
 
 test("berth mid-turn controls end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 90_000 }, async (t) => {
-  assert.ok(fs.existsSync(BERTH_BIN), `no berth binary at ${BERTH_BIN}: run \`cargo build --bin berth\` or set BERTH_BIN`);
-  const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "berth-e2e-mid-turn-")));
-  tempDirs.push(root);
+  assertBerthBin();
+  const root = tempRoot("berth-e2e-mid-turn-");
   const dataDir = path.join(root, "data");
-  const started = Date.now();
-  const step = (name) => t.diagnostic(`${((Date.now() - started) / 1000).toFixed(2)} s: ${name}`);
+  const step = stepper(t);
   let current;
 
   /** Files that must never exist (checked in their scenario and again at the very end). */
   const neverExist = [];
 
   try {
-    const s1 = (current = new BerthServer(dataDir, "server 1"));
+    const s1 = (current = startServer(dataDir, "server 1"));
     const seen = new Recorder();
-    const conn1 = clientApp(seen).connect(s1.stream);
+    const conn1 = clientApp(seen, CLIENT).connect(s1.stream);
     const agent = conn1.agent;
-    await initialize(agent);
+    await initialize(agent, CLIENT);
 
     // ------------------------------------------------------------ helpers
 
@@ -375,19 +164,7 @@ test("berth mid-turn controls end to end with @agentclientprotocol/sdk 2.4.0", {
       }
     }
 
-    const sessions = [];
-    async function newSession(label) {
-      const cwd = path.join(root, `work-${label}`);
-      fs.mkdirSync(cwd);
-      const created = await within(
-        agent.request(acp.methods.agent.session.new, { cwd, mcpServers: [] }),
-        10_000,
-        `session/new (${label})`,
-      );
-      const entry = { label, sessionId: created.sessionId, cwd };
-      sessions.push(entry);
-      return entry;
-    }
+    const { sessions, newSession, lastEventId, waitUpdate, startPrompt } = sessionHelpers({ agent, seen, server: s1, root });
 
     /**
      * The session's events as `{kind, eventId, update, params}`, in id order:
@@ -459,34 +236,6 @@ test("berth mid-turn controls end to end with @agentclientprotocol/sdk 2.4.0", {
       }
     }
 
-    function lastEventId(sessionId) {
-      let max = 0;
-      for (const m of s1.wire.items) {
-        if (NOTIFICATION_METHODS.has(m.method) && m.params?.sessionId === sessionId) {
-          max = Math.max(max, eventIdOf(m.params) ?? 0);
-        }
-      }
-      return max;
-    }
-
-    function waitUpdate(sessionId, after, pred, label, ms = 10_000) {
-      return seen.waitFor(
-        (n) =>
-          n.method === SESSION_UPDATE &&
-          n.params.sessionId === sessionId &&
-          eventIdOf(n.params) > after &&
-          pred(n.params.update),
-        ms,
-        label,
-      );
-    }
-
-    function startPrompt(sessionId, text) {
-      const pending = agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text }] });
-      pending.catch(() => {});
-      return pending;
-    }
-
     /** Awaits the prompt answer and its `turn_ended`; returns the turn's events. */
     async function finishTurn(sessionId, pending, mark, label, ms = 10_000) {
       const response = await within(pending, ms, `${label}: prompt answer`);
@@ -546,22 +295,7 @@ test("berth mid-turn controls end to end with @agentclientprotocol/sdk 2.4.0", {
     const callUpdates = (evs, toolCallId) =>
       evs.filter((e) => e.kind === "tool_call_update" && e.update.toolCallId === toolCallId);
 
-    const subtest = (name, fn) =>
-      t.test(name, { timeout: 30_000 }, async (st) => {
-        try {
-          await fn(st);
-        } catch (error) {
-          const server = current;
-          st.diagnostic(`${server.label} stderr (tail):\n${server.stderr.slice(-2_000)}`);
-          st.diagnostic(
-            `${server.label} last frames:\n${server.wire.items
-              .slice(-20)
-              .map((m) => JSON.stringify(m).slice(0, 500))
-              .join("\n")}`,
-          );
-          throw error;
-        }
-      });
+    const subtest = subtestRunner(t, { timeout: 30_000, server: () => current });
 
     // ------------------------------------------------------------ 1. cancel
     await subtest("1. cancel during the first call leaves no trace of the later ones", async () => {
@@ -1055,11 +789,7 @@ test("berth mid-turn controls end to end with @agentclientprotocol/sdk 2.4.0", {
     }
 
     // Every notification on the wire reached the SDK handlers, none rejected by zod.
-    {
-      const onWire = s1.wire.items.filter((m) => NOTIFICATION_METHODS.has(m.method));
-      assert.equal(seen.items.length, onWire.length, "the SDK delivered every notification on the wire");
-      assert.deepEqual(sdkErrors, [], "the SDK logged no errors");
-    }
+    assertSdkDeliveredAll(s1, seen);
     for (const file of neverExist) assert.equal(fs.existsSync(file), false, `${file} never exists`);
 
     // ------------------------------------------------------------ 9. session view across a restart
@@ -1088,11 +818,11 @@ test("berth mid-turn controls end to end with @agentclientprotocol/sdk 2.4.0", {
       assert.equal(exit1.signal, "SIGKILL");
       conn1.close();
 
-      const s2 = (current = new BerthServer(dataDir, "server 2"));
+      const s2 = (current = startServer(dataDir, "server 2"));
       const seen2 = new Recorder();
-      const conn2 = clientApp(seen2).connect(s2.stream);
+      const conn2 = clientApp(seen2, CLIENT).connect(s2.stream);
       const agent2 = conn2.agent;
-      await initialize(agent2);
+      await initialize(agent2, CLIENT);
       for (const { sessionId, cwd, label } of sessions) {
         const loaded = await within(
           agent2.request(acp.methods.agent.session.load, { sessionId, cwd, mcpServers: [] }),
@@ -1121,15 +851,7 @@ test("berth mid-turn controls end to end with @agentclientprotocol/sdk 2.4.0", {
     });
     current = undefined;
   } catch (error) {
-    for (const server of [current].filter(Boolean)) {
-      t.diagnostic(`${server.label} stderr (tail):\n${server.stderr.slice(-4_000)}`);
-      t.diagnostic(
-        `${server.label} last frames:\n${server.wire.items
-          .slice(-20)
-          .map((m) => JSON.stringify(m).slice(0, 500))
-          .join("\n")}`,
-      );
-    }
+    for (const server of [current].filter(Boolean)) reportServer(t, server);
     throw error;
   } finally {
     killEverything();
