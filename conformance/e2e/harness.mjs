@@ -43,8 +43,8 @@
 //   procCmdline(pid)         its command line joined by spaces, or null
 //   BerthServer              one `berth serve` child process with a wire tap:
 //                            `new BerthServer({label, dataDir, script, config?,
-//                            dumpPrefix?})` runs `berth serve [--config C]
-//                            --data-dir D --model scripted:S`; `.stream` is the
+//                            args?, dumpPrefix?})` runs `berth serve [--config C]
+//                            --data-dir D --model scripted:S [...args]`; `.stream` is the
 //                            ndjson stream for the SDK, `.wire` (a Recorder) every
 //                            message berth wrote, in wire order, before the SDK
 //                            saw it, `.sent` every message the SDK wrote,
@@ -248,12 +248,21 @@ function sigkill(pid) {
 export class BerthServer {
   /**
    * Spawns `berth serve [--config <config>] --data-dir <dataDir> --model
-   * scripted:<script>`; `dumpPrefix` starts the names of its BERTH_E2E_DUMP files.
+   * scripted:<script> [...args]` (`args`: extra flags, e.g. `--require-approval
+   * write_file`); `dumpPrefix` starts the names of its BERTH_E2E_DUMP files.
    */
-  constructor({ label, dataDir, script, config, dumpPrefix = "" }) {
+  constructor({ label, dataDir, script, config, args: extraArgs = [], dumpPrefix = "" }) {
     this.label = label;
     this.dumpPrefix = dumpPrefix;
-    const args = ["serve", ...(config ? ["--config", config] : []), "--data-dir", dataDir, "--model", `scripted:${script}`];
+    const args = [
+      "serve",
+      ...(config ? ["--config", config] : []),
+      "--data-dir",
+      dataDir,
+      "--model",
+      `scripted:${script}`,
+      ...extraArgs,
+    ];
     this.child = spawn(BERTH_BIN, args, {
       cwd: os.tmpdir(),
       stdio: ["pipe", "pipe", "pipe"],

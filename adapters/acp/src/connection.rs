@@ -128,6 +128,20 @@ impl Connection {
 struct ClientRequests {
     next_id: AtomicU64,
     waiting: Mutex<std::collections::HashMap<u64, oneshot::Sender<Value>>>,
+    /// The client's input ended: it can answer nothing any more.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl ClientRequests {
+    /// The client is gone: every waiting request is answered "disconnected"
+    /// and no new one is sent.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
 }
 
 /// Renders durable session events onto the connection's outbound queue, and
@@ -156,11 +170,17 @@ impl Watcher for ConnectionWatcher {
     ) -> Option<oneshot::Receiver<PermissionDecision>> {
         let id = self.requests.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let (answered, answer) = oneshot::channel::<Value>();
-        self.requests
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, answered);
+        {
+            let mut waiting = self
+                .requests
+                .waiting
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if self.requests.closed.load(Ordering::Acquire) {
+                return None;
+            }
+            waiting.insert(id, answered);
+        }
         let frame = json!({
             "jsonrpc": "2.0",
             "id": id,
@@ -172,8 +192,13 @@ impl Watcher for ConnectionWatcher {
         }
         let (decided, decision) = oneshot::channel();
         tokio::spawn(async move {
-            let payload = answer.await.unwrap_or(Value::Null);
-            let _ = decided.send(decision_of(&payload));
+            let decision = match answer.await {
+                Ok(payload) => decision_of(&payload),
+                Err(_) => PermissionDecision::Rejected {
+                    reason: "the client disconnected before answering".into(),
+                },
+            };
+            let _ = decided.send(decision);
         });
         Some(decision)
     }
@@ -307,6 +332,9 @@ where
             }
         }
     };
+    // The client's input ended: requests berth sent it will not be answered,
+    // so a turn waiting on one must not hold the connection open.
+    conn.requests.close();
     while tasks.join_next().await.is_some() {}
     let sessions: Vec<SessionId> = conn
         .attached

@@ -937,3 +937,30 @@ async fn only_the_injecting_client_may_revoke_or_replace() {
         .await;
     a.response(prompt).await;
 }
+
+#[tokio::test]
+async fn a_client_that_goes_away_mid_approval_does_not_hang_the_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node_with(dir.path(), |c| c.needs_approval = vec!["write_file".into()]).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let prompt = c.prompt(&sid, "write v1").await;
+    next_permission_request(&mut c).await;
+    // The client's input ends without an answer (stdin closed).
+    c.write.shutdown().await.unwrap();
+    let (done, notes) = c.response(prompt).await;
+    assert_eq!(
+        done["result"]["stopReason"], "end_turn",
+        "the turn went on without the write"
+    );
+    assert!(notes.iter().any(
+        |n| n["params"]["update"]["rawOutput"]["permission"]["reason"]
+            == "the client disconnected before answering"
+    ));
+    assert!(!dir.path().join("a.txt").exists());
+    let end = tokio::time::timeout(Duration::from_secs(10), async {
+        while c.lines.next_line().await.ok().flatten().is_some() {}
+    })
+    .await;
+    assert!(end.is_ok(), "the connection finished after its input ended");
+}
