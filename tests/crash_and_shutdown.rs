@@ -375,3 +375,69 @@ fn the_session_view_hashes_are_the_same_after_a_restart() {
     assert_ne!(later["prefix_hash"], before["prefix_hash"]);
     assert_eq!(later["messageCount"], 4);
 }
+
+#[test]
+fn a_crash_settles_the_turns_loose_ends_and_leaves_it_rollbackable() {
+    let mut run = start_sleeper_turn();
+    run.server.send(
+        3,
+        "session/inject",
+        json!({"sessionId": run.sid, "mode": "queue", "content": "note for later"}),
+    );
+    let (_, accepted) = run.server.until(3);
+    let message_id = accepted["result"]["messageId"].as_str().unwrap().to_owned();
+    run.server.child.kill().unwrap();
+    run.server.child.wait().unwrap();
+
+    let mut server = Server::start(&run.data, &run.script);
+    server.send(1, "session/load", json!({"sessionId": run.sid}));
+    let (replayed, _) = server.until(1);
+    let agent_events: Vec<&Value> = replayed
+        .iter()
+        .filter(|n| n["method"] == "_berth/agentEvent")
+        .collect();
+    assert!(
+        agent_events
+            .iter()
+            .any(|n| n["params"]["type"] == "injection_dropped"
+                && n["params"]["event"]["message_id"] == message_id.as_str()),
+        "an accepted injection is settled, not lost"
+    );
+    // Every announced tool call ends settled: no call stays in progress forever.
+    let mut open_calls: Vec<String> = Vec::new();
+    for n in &replayed {
+        let u = &n["params"]["update"];
+        let id = u["toolCallId"].as_str().unwrap_or_default().to_owned();
+        match u["sessionUpdate"].as_str() {
+            Some("tool_call") => open_calls.push(id),
+            Some("tool_call_update") if u["status"] == "completed" || u["status"] == "failed" => {
+                open_calls.retain(|c| *c != id)
+            }
+            _ => {}
+        }
+    }
+    assert!(open_calls.is_empty(), "calls left open: {open_calls:?}");
+    let ended = agent_events
+        .iter()
+        .rev()
+        .find(|n| n["params"]["type"] == "turn_ended")
+        .unwrap();
+    let crashed_turn = ended["params"]["event"]["turn_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // The crashed turn is the one a rollback pops, and the transcript it left
+    // answers every tool call (a provider would refuse it otherwise).
+    server.send(2, "session/rollback", json!({"sessionId": run.sid}));
+    let (_, rolled) = server.until(2);
+    assert_eq!(rolled["result"]["status"], "rolled_back");
+    assert_eq!(rolled["result"]["checkpointId"], crashed_turn.as_str());
+    assert_eq!(rolled["result"]["beforeMessageCount"], 0);
+    server.send(3, "session/redo", json!({"sessionId": run.sid}));
+    let (_, redone) = server.until(3);
+    assert_eq!(redone["result"]["status"], "redone");
+    let after = redone["result"]["afterMessageCount"].as_u64().unwrap();
+    // user, assistant(call 1), tool 1, assistant(call 2), tool 2 (synthetic).
+    assert_eq!(after, 5, "{redone}");
+}

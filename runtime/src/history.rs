@@ -57,6 +57,40 @@ pub enum Message {
     },
 }
 
+/// Gives every tool call of `messages` a result: a call whose result is
+/// missing (its turn died before the call settled) gets a synthetic error
+/// result with `reason`, right after the other results of its batch. Providers
+/// such as OpenAI refuse a transcript with an unanswered tool call.
+pub fn close_open_tool_calls(messages: Vec<Message>, reason: &str) -> Vec<Message> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut iter = messages.into_iter().peekable();
+    while let Some(message) = iter.next() {
+        let calls: Vec<ToolCallId> = match &message {
+            Message::Assistant { tool_calls, .. } => {
+                tool_calls.iter().map(|c| c.id.clone()).collect()
+            }
+            _ => Vec::new(),
+        };
+        out.push(message);
+        if calls.is_empty() {
+            continue;
+        }
+        let mut answered = Vec::new();
+        while let Some(Message::Tool { tool_call_id, .. }) = iter.peek() {
+            answered.push(tool_call_id.clone());
+            out.extend(iter.next());
+        }
+        for id in calls.into_iter().filter(|id| !answered.contains(id)) {
+            out.push(Message::Tool {
+                tool_call_id: id,
+                content: reason.to_owned(),
+                is_error: true,
+            });
+        }
+    }
+    out
+}
+
 /// A session's transcript, shared cheaply (turns and model requests hold the
 /// same allocation) and fingerprinted incrementally: the fingerprint after
 /// message *n* is `SHA-256(fingerprint(n-1) ‖ JSON(message n))`, so appending a
@@ -128,6 +162,34 @@ impl Transcript {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unanswered_tool_calls_get_a_result_after_their_batch() {
+        let call = |id: &str| ToolCallRequest {
+            id: ToolCallId::from(id),
+            name: "shell".into(),
+            arguments: serde_json::json!({}),
+        };
+        let messages = vec![
+            Message::User { text: "go".into() },
+            Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![call("a"), call("b")],
+            },
+            Message::Tool {
+                tool_call_id: ToolCallId::from("a"),
+                content: "ok".into(),
+                is_error: false,
+            },
+        ];
+        let closed = close_open_tool_calls(messages, "abandoned");
+        assert_eq!(closed.len(), 4);
+        assert!(
+            matches!(&closed[3], Message::Tool { tool_call_id, is_error: true, .. } if tool_call_id.as_str() == "b")
+        );
+        // Idempotent.
+        assert_eq!(close_open_tool_calls(closed.clone(), "abandoned"), closed);
+    }
 
     #[test]
     fn incremental_fingerprint_equals_batch_fingerprint() {
