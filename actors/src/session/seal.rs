@@ -34,11 +34,9 @@ fn loose_ends(events: &[SessionEvent]) -> Vec<SessionEvent> {
             }
             SessionEvent::ToolCallUpdate {
                 tool_call_id,
-                status,
+                status: ToolCallStatus::Completed | ToolCallStatus::Failed,
                 ..
-            } if matches!(status, ToolCallStatus::Completed | ToolCallStatus::Failed) => {
-                settle(&mut calls, tool_call_id)
-            }
+            } => settle(&mut calls, tool_call_id),
             SessionEvent::PermissionRequested { request } => {
                 permissions.push((request.tool_call_id.clone(), false))
             }
