@@ -964,3 +964,54 @@ async fn a_client_that_goes_away_mid_approval_does_not_hang_the_connection() {
     .await;
     assert!(end.is_ok(), "the connection finished after its input ended");
 }
+
+#[tokio::test]
+async fn rollback_never_overwrites_blindly_nor_hangs_on_special_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    c.exchange_prompt(&sid, "write v1").await;
+    let a = dir.path().join("a.txt");
+
+    // Edited by hand since the turn: refused, nothing changes.
+    std::fs::write(&a, "hand edit").unwrap();
+    let (r, _) = c
+        .exchange("session/rollback", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(r["result"]["status"], "files_conflict", "{r}");
+    assert!(r["result"]["paths"][0]
+        .as_str()
+        .unwrap()
+        .contains("changed since the checkpoint"));
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "hand edit");
+
+    // Replaced by a FIFO: refused at once, the actor stays responsive.
+    std::fs::remove_file(&a).unwrap();
+    nix::unistd::mkfifo(&a, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let (r, _) = c
+        .exchange("session/rollback", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(r["result"]["status"], "files_conflict");
+    let (view, _) = c
+        .exchange("berth.session_view.query", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(
+        view["result"]["messageCount"], 4,
+        "the transcript did not move"
+    );
+
+    // Put back as the turn left it: the rollback goes through.
+    std::fs::remove_file(&a).unwrap();
+    std::fs::write(&a, "v1").unwrap();
+    let (r, _) = c
+        .exchange("session/rollback", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(r["result"]["status"], "rolled_back");
+    assert!(!a.exists());
+
+    // A closed session is read-only.
+    c.call("session/close", json!({"sessionId": sid})).await;
+    let (r, _) = c.exchange("session/redo", json!({"sessionId": sid})).await;
+    assert_eq!(error_of(&r).0, -32005);
+}

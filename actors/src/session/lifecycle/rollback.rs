@@ -10,7 +10,8 @@ use std::path::Path;
 
 use berth_runtime::event::{ControlStatus, SessionEvent};
 use berth_runtime::history::Transcript;
-use berth_runtime::tools::FileChange;
+use berth_runtime::tools::files::confine;
+use berth_runtime::tools::{FileChange, ToolContext};
 use berth_storage::Batch;
 use serde_json::{json, Value};
 
@@ -18,19 +19,71 @@ use super::super::receipt::receipt;
 use super::super::SessionState;
 use crate::error::ControlError;
 
+/// Puts `text` at `path` (or removes it for `None`) without following a
+/// final symlink and without blocking on a FIFO.
 fn restore(path: &Path, text: Option<&str>) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     match text {
         Some(text) => {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)?;
             }
-            std::fs::write(path, text)
+            let flags = (nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits();
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(flags)
+                .open(path)?;
+            file.write_all(text.as_bytes())
         }
         None => match std::fs::remove_file(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         },
     }
+}
+
+/// Why a checkpoint's files cannot be moved: a path now outside the session's
+/// directories (or behind a symlink), something that is not a regular file,
+/// or a file changed since the checkpoint (it is never overwritten blindly).
+fn check_files(state: &SessionState, changes: &[FileChange], redo: bool) -> Vec<String> {
+    let ctx = ToolContext {
+        cwd: state.record.cwd.clone(),
+        additional_directories: state.record.additional_directories.clone(),
+        processes: Default::default(),
+        call_id: None,
+    };
+    let mut problems = Vec::new();
+    for change in changes {
+        let shown = change.path.display().to_string();
+        let expected = if redo { &change.before } else { &change.after };
+        match confine(&ctx, &shown) {
+            Ok(real) if real != change.path => {
+                problems.push(format!("{shown}: now resolves to {}", real.display()))
+            }
+            Err(e) => problems.push(format!("{shown}: {e}")),
+            Ok(_) => match std::fs::symlink_metadata(&change.path) {
+                Ok(meta) if !meta.is_file() => {
+                    problems.push(format!("{shown}: not a regular file"))
+                }
+                Ok(_) => {
+                    let current = std::fs::read(&change.path)
+                        .ok()
+                        .map(|b| String::from_utf8_lossy(&b).into_owned());
+                    if current.as_deref() != expected.as_deref() {
+                        problems.push(format!("{shown}: changed since the checkpoint"));
+                    }
+                }
+                Err(_) if expected.is_some() => {
+                    problems.push(format!("{shown}: deleted since the checkpoint"))
+                }
+                Err(_) => {}
+            },
+        }
+    }
+    problems
 }
 
 fn restore_all<'a>(
@@ -49,8 +102,14 @@ fn restore_all<'a>(
 /// Rolls back (`redo: false`) or redoes the last turn. Answers
 /// `{status: "rolled_back" | "redone", checkpointId, beforeMessageCount,
 /// afterMessageCount}`, or `{status: "prompt_active"}` while a turn runs and
-/// `{status: "nothing_to_rollback" | "nothing_to_redo"}`. The receipt and the
-/// transcript change are durable before the answer.
+/// `{status: "nothing_to_rollback" | "nothing_to_redo"}`, or
+/// `{status: "files_conflict", paths}` — changing nothing — when a file the turn
+/// wrote has changed since (by hand, or by a later shell command), is no longer
+/// a regular file, or now resolves outside the session's directories. The
+/// receipt and the transcript change are durable before the answer. The files
+/// and the journal are not one transaction: a crash between them leaves the
+/// files moved and the turn in place (a later rollback then reports the
+/// conflict instead of guessing).
 ///
 /// # Errors
 /// [`ControlError::Storage`]; a file that cannot be restored
@@ -78,6 +137,10 @@ pub(crate) async fn rollback(
             Some(status),
         )
     };
+    if state.record.closed_at.is_some() {
+        state.record(vec![refuse(state, "session_closed")]).await?;
+        return Err(ControlError::SessionClosed { session_id });
+    }
     if state.turn.is_some() {
         state.record(vec![refuse(state, "prompt_active")]).await?;
         return Ok(json!({"status": "prompt_active"}));
@@ -97,6 +160,15 @@ pub(crate) async fn rollback(
         state.record(vec![refuse(state, status)]).await?;
         return Ok(json!({ "status": status }));
     };
+    let problems = check_files(state, &checkpoint.files, redo);
+    if !problems.is_empty() {
+        state.record(vec![refuse(state, "files_conflict")]).await?;
+        return Ok(json!({
+            "status": "files_conflict",
+            "checkpointId": checkpoint.checkpoint_id,
+            "paths": problems,
+        }));
+    }
     // Files first (the effect), newest change undone first.
     if redo {
         restore_all(checkpoint.files.iter(), true)?;
