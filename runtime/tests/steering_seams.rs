@@ -111,6 +111,19 @@ async fn run(prompt: &str, hook: Hook) -> Run {
 }
 
 async fn run_judged(prompt: &str, hook: Hook, judge: Option<Arc<dyn CompletionJudge>>) -> Run {
+    run_with(prompt, hook, judge, 10).await
+}
+
+async fn run_limited(prompt: &str, hook: Hook, max_model_calls: u32) -> Run {
+    run_with(prompt, hook, None, max_model_calls).await
+}
+
+async fn run_with(
+    prompt: &str,
+    hook: Hook,
+    judge: Option<Arc<dyn CompletionJudge>>,
+    max_model_calls: u32,
+) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let model = Arc::new(Recording {
         inner: ScriptedModel::parse(SCRIPT, "toml", "scripted:seams").unwrap(),
@@ -132,7 +145,7 @@ async fn run_judged(prompt: &str, hook: Hook, judge: Option<Arc<dyn CompletionJu
         additional_directories: vec![],
         history: Default::default(),
         prompt: Prompt::text(prompt),
-        max_model_calls: 10,
+        max_model_calls,
     };
     let sink = Sink {
         control,
@@ -388,4 +401,24 @@ async fn a_steer_outranks_the_completion_judge() {
         _ => None,
     });
     assert_eq!(overruled.map(|d| d.source), Some("steer".into()));
+}
+
+#[tokio::test]
+async fn a_steer_with_no_model_call_left_is_dropped_not_delivered() {
+    let mut fired = false;
+    let hook: Hook = Box::new(move |event, control| {
+        if !fired && event.type_name() == "agent_message_chunk" {
+            fired = true;
+            inject(control, "late", InjectMode::Steer, "prefer the smaller fix");
+        }
+    });
+    let r = run_limited("quick", hook, 1).await;
+    assert!(
+        delivered(&r.events).is_empty(),
+        "the model could not read it"
+    );
+    assert!(r.events.iter().any(
+        |e| matches!(e, SessionEvent::InjectionDropped { message_id, .. } if message_id == "late")
+    ));
+    assert_eq!(r.outcome.terminal.kind, TerminalKind::Completed);
 }

@@ -105,6 +105,14 @@ impl Connection {
             .insert(session_id.clone())
     }
 
+    /// Whether this connection watches `session_id`.
+    pub fn is_attached(&self, session_id: &SessionId) -> bool {
+        self.attached
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(session_id)
+    }
+
     /// Attaches this connection to a session it does not watch yet (no replay).
     ///
     /// # Errors
@@ -225,14 +233,18 @@ fn permission_params(session_id: &SessionId, request: &PermissionRequest) -> Val
     serde_json::to_value(params).unwrap_or(Value::Null)
 }
 
-/// Maps the client's answer: a selected `allow*` option allows; any other
-/// selection rejects; `cancelled`, an error or nonsense does not allow.
+/// Maps the client's answer: only the offered `allow` option allows; the
+/// offered `reject`, any other option id, `cancelled`, an error or nonsense
+/// does not.
 fn decision_of(payload: &Value) -> PermissionDecision {
     match payload.pointer("/outcome/outcome").and_then(Value::as_str) {
         Some("selected") => match payload.pointer("/outcome/optionId").and_then(Value::as_str) {
-            Some(option) if option.starts_with("allow") => PermissionDecision::Allowed,
-            Some(option) => PermissionDecision::Rejected {
-                reason: option.to_owned(),
+            Some("allow") => PermissionDecision::Allowed,
+            Some("reject") => PermissionDecision::Rejected {
+                reason: "reject".into(),
+            },
+            Some(other) => PermissionDecision::Rejected {
+                reason: format!("unknown option {other:?}"),
             },
             None => PermissionDecision::Rejected {
                 reason: "no option was selected".into(),
@@ -350,4 +362,32 @@ where
         .await
         .unwrap_or_else(|e| Err(std::io::Error::other(e)));
     read_result.and(write_result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_offered_allow_option_allows() {
+        let pick =
+            |id: &str| decision_of(&json!({"outcome": {"outcome": "selected", "optionId": id}}));
+        assert_eq!(pick("allow"), PermissionDecision::Allowed);
+        assert!(matches!(
+            pick("allowance-denied"),
+            PermissionDecision::Rejected { .. }
+        ));
+        assert!(matches!(
+            pick("reject"),
+            PermissionDecision::Rejected { .. }
+        ));
+        assert_eq!(
+            decision_of(&json!({"outcome": {"outcome": "cancelled"}})),
+            PermissionDecision::Cancelled
+        );
+        assert!(matches!(
+            decision_of(&Value::Null),
+            PermissionDecision::Rejected { .. }
+        ));
+    }
 }

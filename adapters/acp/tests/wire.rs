@@ -912,7 +912,7 @@ async fn only_the_injecting_client_may_revoke_or_replace() {
         .await;
     let id = r["result"]["messageId"].as_str().unwrap().to_owned();
     for method in ["session/revoke_inject", "session/replace_inject"] {
-        let (r, _) = b
+        let (r, notes) = b
             .exchange(
                 method,
                 json!({"sessionId": sid, "messageId": id, "content": "theirs"}),
@@ -925,6 +925,10 @@ async fn only_the_injecting_client_may_revoke_or_replace() {
                 json!({"messageId": id, "reason": "not_owner_or_not_authorized"})
             )
         );
+        // The controlling connection is attached, so its receipt reaches it live.
+        let got = receipts(&notes);
+        assert_eq!(got.len(), 1, "{notes:?}");
+        assert_eq!(got[0]["reason"], "not_owner_or_not_authorized");
     }
     let (r, _) = a
         .exchange(

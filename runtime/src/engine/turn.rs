@@ -171,7 +171,6 @@ impl Turn<'_> {
             if self.deps.control.is_stopped() {
                 return Err(Exit::Stopped);
             }
-            self.deliver(Seam::TurnStart).await?;
             if iteration >= self.spec.max_model_calls {
                 return Ok(Terminal::new(
                     TerminalKind::MaxTurnRequests,
@@ -181,6 +180,7 @@ impl Turn<'_> {
                     ),
                 ));
             }
+            self.deliver(Seam::TurnStart).await?;
             let response = match self.call_model(iteration).await? {
                 Ok(response) => response,
                 Err(e) => return Ok(Terminal::new(TerminalKind::ProviderError, e.to_string())),
@@ -307,6 +307,11 @@ impl Turn<'_> {
     /// echoed to clients as a `user_message_chunk` with its message id) before
     /// the model can see it. Returns how many the model will read.
     async fn deliver(&mut self, seam: Seam) -> Result<usize, SinkError> {
+        // A message the model will never read is not "delivered": with no
+        // model call left it stays pending and is dropped at loop exit.
+        if seam != Seam::LoopExit && self.accounting.model_calls >= self.spec.max_model_calls {
+            return Ok(0);
+        }
         let due = self.deps.control.steering().drain(seam);
         let mut visible = 0;
         for injection in due {
@@ -371,6 +376,9 @@ impl Turn<'_> {
         let Some(judge) = self.deps.judge.clone() else {
             return Ok(false);
         };
+        if self.accounting.model_calls >= self.spec.max_model_calls {
+            return Ok(false);
+        }
         if std::mem::replace(&mut self.judged, true) {
             return Ok(false);
         }

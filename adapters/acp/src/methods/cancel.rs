@@ -11,6 +11,7 @@ use crate::jsonrpc::RpcError;
 /// session the server does not hold.
 pub(crate) async fn cancel(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let id = session_id(&params)?;
+    super::attach_controller(conn, "session/cancel", &id).await?;
     let status = conn
         .node
         .cancel(&id, &conn.actor())
@@ -24,6 +25,7 @@ pub(crate) async fn cancel(conn: &Connection, params: Value) -> Result<Value, Rp
 /// call (killing its processes) without ending the turn.
 pub(crate) async fn cancel_tool_call(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let id = session_id(&params)?;
+    super::attach_controller(conn, "session/cancel_tool_call", &id).await?;
     let call = match params.get("toolCallId") {
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         Some(_) => {

@@ -25,6 +25,7 @@ fn message_id(params: &Value) -> Result<String, RpcError> {
 /// answers -32602 with `reason` `invalid_mode` / `invalid_content`.
 pub(crate) async fn inject(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let id = session_id(&params)?;
+    super::attach_controller(conn, "session/inject", &id).await?;
     let mode = params.get("mode").and_then(Value::as_str).unwrap_or("");
     let content = params.get("content").cloned().unwrap_or(Value::Null);
     let message_id = conn
@@ -39,6 +40,7 @@ pub(crate) async fn inject(conn: &Connection, params: Value) -> Result<Value, Rp
 /// `reason` `already_delivered`, `already_revoked` or `unknown_message_id`.
 pub(crate) async fn revoke(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let id = session_id(&params)?;
+    super::attach_controller(conn, "session/revoke_inject", &id).await?;
     let message = message_id(&params)?;
     conn.node
         .retract_injection(&id, &message, None, &conn.actor())
@@ -52,6 +54,7 @@ pub(crate) async fn revoke(conn: &Connection, params: Value) -> Result<Value, Rp
 /// `invalid_content`.
 pub(crate) async fn replace(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let id = session_id(&params)?;
+    super::attach_controller(conn, "session/replace_inject", &id).await?;
     let message = message_id(&params)?;
     let content = params.get("content").cloned().unwrap_or(Value::Null);
     conn.node

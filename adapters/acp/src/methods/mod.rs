@@ -44,6 +44,7 @@ pub async fn handle_request(
         "session/pending_injections" => inject::pending(conn, params).await,
         "session/rollback" | "session/redo" => {
             let id = session_id(&params)?;
+            attach_controller(conn, method, &id).await?;
             conn.node
                 .rollback(&id, method == "session/redo", &conn.actor())
                 .await
@@ -138,4 +139,24 @@ pub(crate) fn receipt_unknown_session(
         ));
     }
     error.into()
+}
+
+/// Attaches this connection to the session it controls (so the receipts and
+/// the effects of its control reach it live), answering an unknown session
+/// with its unjournaled receipt and -32004.
+pub(crate) async fn attach_controller(
+    conn: &Connection,
+    method: &str,
+    session_id: &SessionId,
+) -> Result<(), RpcError> {
+    if conn.is_attached(session_id) {
+        return Ok(());
+    }
+    match conn.node.attach(session_id, conn.watcher(), false).await {
+        Ok(_) => {
+            conn.mark_attached(session_id);
+            Ok(())
+        }
+        Err(e) => Err(receipt_unknown_session(conn, method, session_id, e)),
+    }
 }
