@@ -389,8 +389,12 @@ impl Node {
     ///
     /// # Errors
     /// `UnknownSession`, `Storage`, `ActorFailed`.
-    pub async fn close(&self, id: &SessionId) -> Result<(), ControlError> {
-        self.call(id, |reply| SessionMsg::Close { reply }).await?
+    pub async fn close(&self, id: &SessionId, actor: &str) -> Result<(), ControlError> {
+        self.call(id, |reply| SessionMsg::Close {
+            actor: actor.to_owned(),
+            reply,
+        })
+        .await?
     }
 
     /// Attaches `watcher` to the session; with `replay`, every persisted event is

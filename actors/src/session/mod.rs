@@ -119,6 +119,8 @@ pub enum SessionMsg {
     },
     /// `session/close`: cancel, flush, drop.
     Close {
+        /// Who sent it.
+        actor: String,
         /// Answered once the close is durable.
         reply: RpcReplyPort<Result<(), ControlError>>,
     },
@@ -171,7 +173,7 @@ pub struct SessionState {
     pub(crate) processes: Arc<ProcessGroups>,
     pub(crate) turn: Option<RunningTurn>,
     /// A close waiting for the running turn to be sealed.
-    pub(crate) pending_close: Vec<RpcReplyPort<Result<(), ControlError>>>,
+    pub(crate) pending_close: Vec<lifecycle::close::PendingClose>,
     /// The control block of the last finished turn: what became of its
     /// injections (for revoke/replace after the turn).
     pub(crate) last_control: Option<Arc<TurnControl>>,
@@ -344,7 +346,9 @@ impl Actor for SessionActor {
                 let _ = reply.send(lifecycle::inject::pending(state));
                 Ok(())
             }
-            SessionMsg::Close { reply } => lifecycle::close::close(&myself, state, reply).await,
+            SessionMsg::Close { actor, reply } => {
+                lifecycle::close::close(&myself, state, actor, reply).await
+            }
             SessionMsg::Status { reply } => {
                 let _ = reply.send(lifecycle::status::status(state));
                 Ok(())

@@ -416,7 +416,8 @@ async fn closed_sessions_stay_readable_and_refuse_prompts() {
             "turn_started",
             "agent_message_chunk",
             "turn_ended",
-            "session_closed"
+            "session_closed",
+            "control_outcome"
         ]
     );
     let list = c.call("session/list", json!({})).await;

@@ -1,28 +1,44 @@
 //! `session/close`: cancel, flush, drop (`remote-session-control.md`, "Stop").
 
-use std::sync::Arc;
-
-use berth_runtime::event::{EventRecord, SessionEvent};
+use berth_runtime::event::{ControlStatus, SessionEvent};
 use berth_runtime::terminal::{Terminal, TerminalKind};
 use berth_storage::Batch;
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::json;
 
+use super::super::receipt::receipt;
 use super::super::{SessionMsg, SessionState};
 use crate::error::ControlError;
 
+/// A close waiting for the running turn to be sealed: who sent it, and where
+/// to answer.
+pub(crate) type PendingClose = (String, RpcReplyPort<Result<(), ControlError>>);
+
 /// Closes the session. A running turn is stopped (terminal `session_closed`,
 /// owner `user`) and the close completes once it is sealed. Closing a closed
-/// session succeeds and changes nothing.
+/// session succeeds and changes nothing (receipt `idempotent`,
+/// `already_closed`).
 pub(crate) async fn close(
     myself: &ActorRef<SessionMsg>,
     state: &mut SessionState,
+    actor: String,
     reply: RpcReplyPort<Result<(), ControlError>>,
 ) -> Result<(), ActorProcessingErr> {
     if state.record.closed_at.is_some() {
-        let _ = reply.send(Ok(()));
+        let target = json!({"sessionId": state.record.session_id});
+        let r = receipt(
+            state,
+            "session/close",
+            &actor,
+            ControlStatus::Idempotent,
+            "already_closed",
+            target,
+            None,
+        );
+        let _ = reply.send(state.record(vec![r]).await);
         return Ok(());
     }
-    state.pending_close.push(reply);
+    state.pending_close.push((actor, reply));
     if let Some(turn) = &state.turn {
         turn.control.stop(Terminal::new(
             TerminalKind::SessionClosed,
@@ -34,10 +50,11 @@ pub(crate) async fn close(
     finalize(myself, state).await
 }
 
-/// Records the close durably (`session_closed` event, `closed_at`), answers every
-/// waiting close, and drains the actor: once the controls queued behind the
-/// close are answered the session is dropped from memory. It stays readable by
-/// `session/load` (which rehydrates it, read-only).
+/// Records the close durably (`session_closed` event, `closed_at`, one
+/// receipt per waiting close: the first `accepted`, the others `idempotent`),
+/// answers every waiting close, and drains the actor: once the controls queued
+/// behind the close are answered the session is dropped from memory. It stays
+/// readable by `session/load` (which rehydrates it, read-only).
 ///
 /// # Errors
 /// A journal failure is answered to the waiting closes and fails the actor.
@@ -46,33 +63,36 @@ pub(crate) async fn finalize(
     state: &mut SessionState,
 ) -> Result<(), ActorProcessingErr> {
     state.processes.kill_all();
-    let env = Arc::clone(&state.env);
-    let now = env.config.clock.now();
+    let now = state.env.config.clock.now();
     let mut record = state.record.clone();
     record.closed_at = Some(now);
     record.updated_at = now;
-    let closed = EventRecord {
-        at: now,
-        event: SessionEvent::SessionClosed {},
-    };
-    let session_id = record.session_id.clone();
-    let result = env
-        .journal
-        .commit(
-            Batch::new()
-                .put_session(&record)
-                .append(&session_id, &closed),
-        )
-        .await;
-    let replies = std::mem::take(&mut state.pending_close);
-    match result {
-        Ok(ids) => {
+    let pending = std::mem::take(&mut state.pending_close);
+    let target = json!({"sessionId": record.session_id});
+    let mut events = vec![SessionEvent::SessionClosed {}];
+    for (i, (actor, _)) in pending.iter().enumerate() {
+        let (status, outcome) = if i == 0 {
+            (ControlStatus::Accepted, "closed")
+        } else {
+            (ControlStatus::Idempotent, "already_closed")
+        };
+        events.push(receipt(
+            state,
+            "session/close",
+            actor,
+            status,
+            outcome,
+            target.clone(),
+            None,
+        ));
+    }
+    match state
+        .record_with(Batch::new().put_session(&record), events)
+        .await
+    {
+        Ok(()) => {
             state.record = record;
-            let closed = Arc::new(closed);
-            state
-                .watchers
-                .publish(&session_id, ids.iter().map(|&id| (id, Arc::clone(&closed))));
-            for reply in replies {
+            for (_, reply) in pending {
                 let _ = reply.send(Ok(()));
             }
             // Drain, not stop: controls already queued behind the close are
@@ -82,8 +102,8 @@ pub(crate) async fn finalize(
             Ok(())
         }
         Err(e) => {
-            for reply in replies {
-                let _ = reply.send(Err(e.clone().into()));
+            for (_, reply) in pending {
+                let _ = reply.send(Err(e.clone()));
             }
             Err(Box::new(e))
         }

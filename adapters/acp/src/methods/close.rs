@@ -14,7 +14,7 @@ use crate::jsonrpc::RpcError;
 pub(crate) async fn close(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let request: CloseSessionRequest = parse(params)?;
     conn.node
-        .close(&SessionId(request.session_id.0.to_string()))
+        .close(&SessionId(request.session_id.0.to_string()), &conn.actor())
         .await?;
     to_value(CloseSessionResponse::new())
 }
