@@ -490,3 +490,25 @@ export function subtestRunner(t, { timeout, server }) {
       }
     });
 }
+
+/**
+ * The events of `sessionId` the SDK delivered (live, or only the replayed
+ * ones), as `{kind, eventId, update, params}` in id order, with ids in
+ * (after, upTo]. Fails if one id was delivered twice.
+ */
+export function sessionEvents(seen, sessionId, after = 0, upTo = Infinity, { replayed = false } = {}) {
+  const byId = new Map();
+  for (const n of seen.items) {
+    const id = eventIdOf(n.params);
+    if (n.params.sessionId !== sessionId || id === undefined || id <= after || id > upTo) continue;
+    if ((n.params._meta?.berth?.replayed === true) !== replayed) continue;
+    assert.ok(!byId.has(id), `eventId ${id} of ${sessionId} delivered twice ${replayed ? "in the replay" : "live"}`);
+    byId.set(id, {
+      kind: n.method === AGENT_EVENT ? `agent:${n.params.type}` : n.params.update.sessionUpdate,
+      eventId: id,
+      update: n.params.update,
+      params: n.params,
+    });
+  }
+  return [...byId.values()].sort((a, b) => a.eventId - b.eventId);
+}

@@ -75,8 +75,7 @@ import {
   stepper,
   subtestRunner,
   tempRoot,
-  within,
-} from "./harness.mjs";
+  within, sessionEvents } from "./harness.mjs";
 
 const SCRIPT = path.join(E2E_DIR, "permissions-script.toml");
 const CLIENT = "berth-e2e-permissions";
@@ -117,23 +116,8 @@ test("berth approval-gated tools end to end with @agentclientprotocol/sdk 2.4.0"
 
     const { sessions, newSession, lastEventId, waitUpdate, startPrompt } = sessionHelpers({ agent, seen, server, root });
 
-    /** The session's events the SDK delivered (live, or only replayed ones), as `{kind, eventId, update, params}`, in id order. */
-    function events(sessionId, after = 0, upTo = Infinity, { replayed = false } = {}) {
-      const byId = new Map();
-      for (const n of seen.items) {
-        const id = eventIdOf(n.params);
-        if (n.params.sessionId !== sessionId || id === undefined || id <= after || id > upTo) continue;
-        if ((n.params._meta?.berth?.replayed === true) !== replayed) continue;
-        assert.ok(!byId.has(id), `eventId ${id} of ${sessionId} delivered twice ${replayed ? "in the replay" : "live"}`);
-        byId.set(id, {
-          kind: n.method === AGENT_EVENT ? `agent:${n.params.type}` : n.params.update.sessionUpdate,
-          eventId: id,
-          update: n.params.update,
-          params: n.params,
-        });
-      }
-      return [...byId.values()].sort((a, b) => a.eventId - b.eventId);
-    }
+    /** The session's events the SDK delivered (see `sessionEvents` in harness.mjs). */
+    const events = (sessionId, after, upTo, options) => sessionEvents(seen, sessionId, after, upTo, options);
 
     const view = (sessionId, label) =>
       within(agent.request("berth.session_view.query", { sessionId }), 5_000, `${label}: berth.session_view.query`);
