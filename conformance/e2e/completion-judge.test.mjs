@@ -94,7 +94,7 @@ test("berth completion judge vs steer end to end with @agentclientprotocol/sdk 2
 
     // ------------------------------------------------------------ helpers
 
-    const { sessions, newSession, lastEventId, waitUpdate, startPrompt } = sessionHelpers({ agent, seen, server, root });
+    const { sessions, newSession, lastEventId, waitUpdate, startPrompt, runningCall, loadReplayed } = sessionHelpers({ agent, seen, server, root });
 
     /** The session's events the SDK delivered (see `sessionEvents` in harness.mjs). */
     const events = (sessionId, after, upTo, options) => sessionEvents(seen, sessionId, after, upTo, options);
@@ -195,19 +195,8 @@ test("berth completion judge vs steer end to end with @agentclientprotocol/sdk 2
       const pending = startPrompt(sessionId, prompt);
       // The model said its first line and called a shell that waits for
       // `release`: the steer is sent while that call runs.
-      const call = await waitUpdate(
-        sessionId,
-        mark,
-        (u) => u.sessionUpdate === "tool_call" && u.rawInput?.command?.includes("release"),
-        "steer: the held shell call",
-      );
+      const call = await runningCall(sessionId, mark, "release", "steer: the held shell call");
       const toolCallId = call.params.update.toolCallId;
-      await waitUpdate(
-        sessionId,
-        mark,
-        (u) => u.sessionUpdate === "tool_call_update" && u.toolCallId === toolCallId && u.status === "in_progress",
-        "steer: the held shell call runs",
-      );
       const steer = await within(
         agent.request("session/inject", { sessionId, mode: "steer", content: steerText }),
         5_000,
@@ -262,20 +251,8 @@ test("berth completion judge vs steer end to end with @agentclientprotocol/sdk 2
     await subtest("c. session/load replays the same directive events", async () => {
       for (const { sessionId, cwd, label } of sessions) {
         const live = directivesOf(events(sessionId));
-        const loaded = await within(
-          agent.request(acp.methods.agent.session.load, { sessionId, cwd, mcpServers: [] }),
-          10_000,
-          `session/load ${label}`,
-        );
-        const last = loaded._meta?.berth?.lastEventId;
-        assert.equal(last, lastEventId(sessionId), `${label}: nothing new since the last turn`);
-        // Replayed events are sent before the answer; the SDK may run their
-        // handlers a few microtasks later.
-        await seen.waitFor(
-          () => events(sessionId, 0, Infinity, { replayed: true }).length === last,
-          5_000,
-          `${label}: the replay of ids 1..${last}`,
-        );
+        const loaded = await loadReplayed(sessionId, cwd, label);
+        const last = loaded._meta.berth.lastEventId;
         const replayed = directivesOf(events(sessionId, 0, Infinity, { replayed: true }));
         assert.deepEqual(
           replayed.map((e) => [e.eventId, e.params.event]),

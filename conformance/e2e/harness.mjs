@@ -450,7 +450,52 @@ export function sessionHelpers({ agent, seen, server, root }) {
     return pending;
   }
 
-  return { sessions, newSession, lastEventId, waitUpdate, startPrompt };
+  /**
+   * Waits (after event `mark`) for the `tool_call` whose shell command
+   * contains `commandPart` and then for it to be `in_progress`; returns the
+   * `tool_call` notification.
+   */
+  async function runningCall(sessionId, mark, commandPart, label) {
+    const call = await waitUpdate(
+      sessionId,
+      mark,
+      (u) => u.sessionUpdate === "tool_call" && u.rawInput?.command?.includes(commandPart),
+      label,
+    );
+    const toolCallId = call.params.update.toolCallId;
+    await waitUpdate(
+      sessionId,
+      mark,
+      (u) => u.sessionUpdate === "tool_call_update" && u.toolCallId === toolCallId && u.status === "in_progress",
+      `${label}: in_progress`,
+    );
+    return call;
+  }
+
+  /**
+   * `session/load` of an idle session: asserts nothing is newer than what was
+   * seen live, waits until the SDK ran the handlers of every replayed event
+   * (ids 1..lastEventId), and returns the load answer.
+   */
+  async function loadReplayed(sessionId, cwd, label) {
+    const loaded = await within(
+      agent.request(acp.methods.agent.session.load, { sessionId, cwd, mcpServers: [] }),
+      10_000,
+      `session/load ${label}`,
+    );
+    const last = loaded._meta?.berth?.lastEventId;
+    assert.equal(last, lastEventId(sessionId), `${label}: nothing new since the last turn`);
+    // Replayed events are sent before the answer; the SDK may run their
+    // handlers a few microtasks later.
+    await seen.waitFor(
+      () => sessionEvents(seen, sessionId, 0, Infinity, { replayed: true }).length === last,
+      5_000,
+      `${label}: the replay of ids 1..${last}`,
+    );
+    return loaded;
+  }
+
+  return { sessions, newSession, lastEventId, waitUpdate, startPrompt, runningCall, loadReplayed };
 }
 
 /** Every ACP notification on the wire reached the SDK handlers (none dropped by validation). */

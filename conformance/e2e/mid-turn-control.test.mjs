@@ -164,7 +164,7 @@ test("berth mid-turn controls end to end with @agentclientprotocol/sdk 2.4.0", {
       }
     }
 
-    const { sessions, newSession, lastEventId, waitUpdate, startPrompt } = sessionHelpers({ agent, seen, server: s1, root });
+    const { sessions, newSession, lastEventId, waitUpdate, startPrompt, runningCall, loadReplayed } = sessionHelpers({ agent, seen, server: s1, root });
 
     /**
      * The session's events as `{kind, eventId, update, params}`, in id order:
@@ -304,19 +304,8 @@ test("berth mid-turn controls end to end with @agentclientprotocol/sdk 2.4.0", {
       neverExist.push(...files);
       const mark = lastEventId(sessionId);
       const pending = startPrompt(sessionId, "cancel during the sleeper");
-      const call = await waitUpdate(
-        sessionId,
-        mark,
-        (u) => u.sessionUpdate === "tool_call" && u.rawInput?.command?.includes("exec sleep 30"),
-        "cancel: the sleep tool_call",
-      );
+      const call = await runningCall(sessionId, mark, "exec sleep 30", "cancel: the sleep tool_call");
       const toolCallId = call.params.update.toolCallId;
-      await waitUpdate(
-        sessionId,
-        mark,
-        (u) => u.sessionUpdate === "tool_call_update" && u.toolCallId === toolCallId && u.status === "in_progress",
-        "cancel: the sleep is in_progress",
-      );
       const pid = await sleeperPid(path.join(cwd, "sleeper.pid"), "cancel");
 
       const cancelledAt = Date.now();
@@ -643,19 +632,8 @@ test("berth mid-turn controls end to end with @agentclientprotocol/sdk 2.4.0", {
       const { sessionId, cwd } = await newSession("cancel-call");
       const mark = lastEventId(sessionId);
       const pending = startPrompt(sessionId, "sleep then carry on");
-      const call = await waitUpdate(
-        sessionId,
-        mark,
-        (u) => u.sessionUpdate === "tool_call" && u.rawInput?.command?.includes("exec sleep 30"),
-        "cancel_tool_call: the sleep tool_call",
-      );
+      const call = await runningCall(sessionId, mark, "exec sleep 30", "cancel_tool_call: the sleep tool_call");
       const toolCallId = call.params.update.toolCallId;
-      await waitUpdate(
-        sessionId,
-        mark,
-        (u) => u.sessionUpdate === "tool_call_update" && u.toolCallId === toolCallId && u.status === "in_progress",
-        "cancel_tool_call: the sleep is in_progress",
-      );
       const pid = await sleeperPid(path.join(cwd, "sleeper.pid"), "cancel_tool_call");
       const target = { sessionId, toolCallId };
       const first = await control("session/cancel_tool_call", target, { status: "accepted", outcome: "cancelled", target });

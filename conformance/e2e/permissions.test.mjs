@@ -114,7 +114,7 @@ test("berth approval-gated tools end to end with @agentclientprotocol/sdk 2.4.0"
 
     // ------------------------------------------------------------ helpers
 
-    const { sessions, newSession, lastEventId, waitUpdate, startPrompt } = sessionHelpers({ agent, seen, server, root });
+    const { sessions, newSession, lastEventId, waitUpdate, startPrompt, runningCall, loadReplayed } = sessionHelpers({ agent, seen, server, root });
 
     /** The session's events the SDK delivered (see `sessionEvents` in harness.mjs). */
     const events = (sessionId, after, upTo, options) => sessionEvents(seen, sessionId, after, upTo, options);
@@ -382,20 +382,8 @@ test("berth approval-gated tools end to end with @agentclientprotocol/sdk 2.4.0"
         assert.equal(live.length, label === "cancel" ? 4 : 2, `${label}: ${JSON.stringify(live.map((e) => e.kind))}`);
         total += live.length;
 
-        const loaded = await within(
-          agent.request(acp.methods.agent.session.load, { sessionId, cwd, mcpServers: [] }),
-          10_000,
-          `session/load ${label}`,
-        );
-        const last = loaded._meta?.berth?.lastEventId;
-        assert.equal(last, lastEventId(sessionId), `${label}: nothing new since the last turn`);
-        // Replayed events are sent before the answer; the SDK may run their
-        // handlers a few microtasks later.
-        await seen.waitFor(
-          () => events(sessionId, 0, Infinity, { replayed: true }).length === last,
-          5_000,
-          `${label}: the replay of ids 1..${last}`,
-        );
+        const loaded = await loadReplayed(sessionId, cwd, label);
+        const last = loaded._meta.berth.lastEventId;
         const replayed = events(sessionId, 0, Infinity, { replayed: true }).filter(isPermission);
         assert.deepEqual(
           replayed.map((e) => [e.eventId, e.params.type, e.params.event]),

@@ -27,3 +27,23 @@ pub(crate) fn receipt(
         metadata: Value::Null,
     })
 }
+
+/// The receipt of a refused control: status `rejected`, outcome `rejected`,
+/// and the machine-readable `reason`.
+pub(crate) fn rejected(
+    state: &SessionState,
+    method: &str,
+    actor: &str,
+    target: Value,
+    reason: &str,
+) -> SessionEvent {
+    receipt(
+        state,
+        method,
+        actor,
+        ControlStatus::Rejected,
+        "rejected",
+        target,
+        Some(reason),
+    )
+}

@@ -128,6 +128,18 @@ impl Client {
         .await
     }
 
+    /// Like [`Client::exchange`], collecting the notifications into `notes`.
+    async fn exchange_into(
+        &mut self,
+        notes: &mut Vec<Value>,
+        method: &str,
+        params: Value,
+    ) -> Value {
+        let (response, seen) = self.exchange(method, params).await;
+        notes.extend(seen);
+        response
+    }
+
     /// A prompt and its answer (with the notifications before it).
     async fn exchange_prompt(&mut self, sid: &str, text: &str) -> (Value, Vec<Value>) {
         let id = self.prompt(sid, text).await;
@@ -490,24 +502,24 @@ async fn inject_revoke_replace_and_their_receipts() {
             break;
         }
     }
-    let (r, n) = c
-        .exchange(
+    let r = c
+        .exchange_into(
+            &mut notes,
             "session/inject",
             json!({"sessionId": sid, "mode": "sideways", "content": "x"}),
         )
         .await;
-    notes.extend(n);
     assert_eq!(
         error_of(&r),
         (-32602, json!({"field": "mode", "reason": "invalid_mode"}))
     );
-    let (r, n) = c
-        .exchange(
+    let r = c
+        .exchange_into(
+            &mut notes,
             "session/inject",
             json!({"sessionId": sid, "mode": "queue", "content": "  "}),
         )
         .await;
-    notes.extend(n);
     assert_eq!(
         error_of(&r),
         (
@@ -516,17 +528,16 @@ async fn inject_revoke_replace_and_their_receipts() {
         )
     );
     // Two queued messages stay pending until the loop exits.
-    let (r, n) = c
-        .exchange(
+    let r = c
+        .exchange_into(
+            &mut notes,
             "session/inject",
             json!({"sessionId": sid, "mode": "queue", "content": "first note"}),
         )
         .await;
-    notes.extend(n);
     assert_eq!(r["result"]["status"], "accepted");
     let first = r["result"]["messageId"].as_str().unwrap().to_owned();
-    let (r, n) = c.exchange("session/inject", json!({"sessionId": sid, "mode": "queue", "content": [{"type":"text","text":"second note"}]})).await;
-    notes.extend(n);
+    let r = c.exchange_into(&mut notes, "session/inject", json!({"sessionId": sid, "mode": "queue", "content": [{"type":"text","text":"second note"}]})).await;
     let second = r["result"]["messageId"].as_str().unwrap().to_owned();
     let (r, _) = c
         .exchange("session/pending_injections", json!({"sessionId": sid}))
@@ -538,29 +549,29 @@ async fn inject_revoke_replace_and_their_receipts() {
         .map(|i| i["messageId"].as_str().unwrap())
         .collect();
     assert_eq!(pending, [first.as_str(), second.as_str()], "FIFO");
-    let (r, n) = c
-        .exchange(
+    let r = c
+        .exchange_into(
+            &mut notes,
             "session/replace_inject",
             json!({"sessionId": sid, "messageId": first, "content": "first note, amended"}),
         )
         .await;
-    notes.extend(n);
     assert_eq!(r["result"]["status"], "replaced");
-    let (r, n) = c
-        .exchange(
+    let r = c
+        .exchange_into(
+            &mut notes,
             "session/revoke_inject",
             json!({"sessionId": sid, "messageId": second}),
         )
         .await;
-    notes.extend(n);
     assert_eq!(r["result"]["status"], "revoked");
-    let (r, n) = c
-        .exchange(
+    let r = c
+        .exchange_into(
+            &mut notes,
             "session/revoke_inject",
             json!({"sessionId": sid, "messageId": second}),
         )
         .await;
-    notes.extend(n);
     assert_eq!(
         error_of(&r),
         (
@@ -568,20 +579,19 @@ async fn inject_revoke_replace_and_their_receipts() {
             json!({"messageId": second, "reason": "already_revoked"})
         )
     );
-    let (r, n) = c
-        .exchange(
+    let r = c
+        .exchange_into(
+            &mut notes,
             "session/revoke_inject",
             json!({"sessionId": sid, "messageId": "msg_nope"}),
         )
         .await;
-    notes.extend(n);
     assert_eq!(error_of(&r).1["reason"], "unknown_message_id");
 
     // End the turn: the queue is delivered at loop exit, echoed with its id.
-    let (r, n) = c
-        .exchange("session/cancel", json!({"sessionId": sid}))
+    let r = c
+        .exchange_into(&mut notes, "session/cancel", json!({"sessionId": sid}))
         .await;
-    notes.extend(n);
     assert_eq!(r["result"]["status"], "cancelled");
     let (done, n) = c.response(prompt).await;
     notes.extend(n);

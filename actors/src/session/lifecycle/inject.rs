@@ -6,7 +6,7 @@ use berth_runtime::event::{ControlStatus, SessionEvent};
 use berth_runtime::steering::{InjectMode, Injection};
 use serde_json::{json, Value};
 
-use super::super::receipt::receipt;
+use super::super::receipt::{receipt, rejected};
 use super::super::SessionState;
 use crate::error::ControlError;
 
@@ -28,17 +28,8 @@ pub(crate) async fn inject(
 ) -> Result<String, ControlError> {
     let session_id = state.record.session_id.clone();
     let target = json!({"sessionId": session_id});
-    let reject = |state: &SessionState, reason: &str| {
-        receipt(
-            state,
-            METHOD,
-            actor,
-            ControlStatus::Rejected,
-            "rejected",
-            target.clone(),
-            Some(reason),
-        )
-    };
+    let reject =
+        |state: &SessionState, reason: &str| rejected(state, METHOD, actor, target.clone(), reason);
     let Some(control) = state.turn.as_ref().map(|t| t.control.clone()) else {
         state
             .record(vec![reject(state, "no_active_prompt")])

@@ -6,7 +6,7 @@ use berth_runtime::event::{ControlStatus, SessionEvent};
 use berth_runtime::steering::InjectionConflict;
 use serde_json::{json, Value};
 
-use super::super::receipt::receipt;
+use super::super::receipt::{receipt, rejected};
 use super::super::SessionState;
 use crate::error::ControlError;
 
@@ -34,15 +34,7 @@ pub(crate) async fn retract(
     let target = json!({"sessionId": state.record.session_id, "messageId": message_id});
     let replacement = match content.map(Prompt::from_inject_content) {
         Some(None) => {
-            let r = receipt(
-                state,
-                method,
-                actor,
-                ControlStatus::Rejected,
-                "rejected",
-                target,
-                Some("invalid_content"),
-            );
+            let r = rejected(state, method, actor, target, "invalid_content");
             state.record(vec![r]).await?;
             return Err(ControlError::invalid("content", "invalid_content"));
         }
@@ -90,15 +82,7 @@ pub(crate) async fn retract(
             state.record(vec![fact, r]).await
         }
         Err(conflict) => {
-            let r = receipt(
-                state,
-                method,
-                actor,
-                ControlStatus::Rejected,
-                "rejected",
-                target,
-                Some(conflict.reason()),
-            );
+            let r = rejected(state, method, actor, target, conflict.reason());
             state.record(vec![r]).await?;
             Err(ControlError::Injection {
                 message_id: message_id.to_owned(),

@@ -15,7 +15,7 @@ use berth_runtime::tools::{FileChange, ToolContext};
 use berth_storage::Batch;
 use serde_json::{json, Value};
 
-use super::super::receipt::receipt;
+use super::super::receipt::{receipt, rejected};
 use super::super::SessionState;
 use crate::error::ControlError;
 
@@ -126,17 +126,8 @@ pub(crate) async fn rollback(
     };
     let session_id = state.record.session_id.clone();
     let target = json!({"sessionId": session_id});
-    let refuse = |state: &SessionState, status: &str| {
-        receipt(
-            state,
-            method,
-            actor,
-            ControlStatus::Rejected,
-            "rejected",
-            target.clone(),
-            Some(status),
-        )
-    };
+    let refuse =
+        |state: &SessionState, status: &str| rejected(state, method, actor, target.clone(), status);
     if state.record.closed_at.is_some() {
         state.record(vec![refuse(state, "session_closed")]).await?;
         return Err(ControlError::SessionClosed { session_id });
