@@ -16,6 +16,7 @@
 //! - [`tools`]: the [`tools::Tool`] trait and the `shell`, `read_file`, `write_file` tools.
 //! - [`directives`]: the authority ladder and the completion judge.
 //! - [`steering`]: injected messages (`session/inject`) and the seams that drain them.
+//! - [`suspension`]: resume conditions, the suspension envelope and the resume claim.
 //! - [`engine`]: [`engine::run_turn`], the turn loop (model call → tool batch → …).
 
 #![warn(missing_docs)]
@@ -30,5 +31,6 @@ pub mod history;
 pub mod ids;
 pub mod model;
 pub mod steering;
+pub mod suspension;
 pub mod terminal;
 pub mod tools;
