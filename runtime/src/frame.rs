@@ -4,7 +4,7 @@
 //! The engine checkpoints a frame at each phase boundary; the journal keeps the
 //! latest one per open turn. After a crash it is what seals the turn (the
 //! transcript keeps the messages the frame holds); a suspension persists it and a
-//! resume continues from it.
+//! resume continues from it ([`crate::engine::resume_turn`]).
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use crate::history::{Message, ToolCallRequest};
 use crate::ids::{SessionId, TurnId};
 use crate::model::Usage;
+use crate::tools::{AgentPark, FileChange, ToolContinuation};
 
 /// The frame format version written by this build.
 pub const FRAME_VERSION: u32 = 1;
@@ -53,8 +54,12 @@ pub enum ToolOutcomeStatus {
     Failed,
     /// Never dispatched: a control event skipped it.
     Interrupted,
-    /// Dispatched but its result is unknown (abandoned on cancel).
+    /// Dispatched but its result is unknown (abandoned on cancel, or berth
+    /// stopped while it ran); never retried.
     Unknown,
+    /// The tool parked itself with a continuation; on resume the engine calls
+    /// its `resume_execution`, never `execute` again.
+    Suspended,
 }
 
 /// The recorded outcome of one tool call, in the model's call order.
@@ -66,6 +71,12 @@ pub struct ToolOutcome {
     pub status: ToolOutcomeStatus,
     /// The text the model reads for it.
     pub content: String,
+    /// The tool's continuation (status `suspended`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<ToolContinuation>,
+    /// Set when this call parked the session (`await_resumption`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub park: Option<AgentPark>,
 }
 
 /// A turn's explicit state.
@@ -100,6 +111,30 @@ pub struct Frame {
     /// Why it was skipped (`interrupt_immediate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_reason: Option<String>,
+    /// User messages to add once the current batch's results are in (a
+    /// resume input whose waitpoint is the batch).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resume_notes: Vec<String>,
+    /// Files the turn's tools changed so far (kept in a suspension's frame so
+    /// the turn's checkpoint is whole after a resume).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub file_changes: Vec<FileChange>,
+}
+
+impl Frame {
+    /// The calls of the current batch in the model's order: settled (or
+    /// suspended) outcomes first, then the unstarted calls.
+    pub fn batch_calls(&self) -> impl Iterator<Item = &ToolCallRequest> {
+        self.tool_outcomes
+            .iter()
+            .map(|o| &o.call)
+            .chain(&self.unstarted_calls)
+    }
+
+    /// The agent's self-park in this frame, if it parked itself.
+    pub fn park(&self) -> Option<&AgentPark> {
+        self.tool_outcomes.iter().find_map(|o| o.park.as_ref())
+    }
 }
 
 /// SHA-256 of a value's JSON serialization, as lowercase hex.

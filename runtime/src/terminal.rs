@@ -27,6 +27,9 @@ pub enum TerminalKind {
     ProviderError,
     /// berth itself failed (journal write, internal error).
     InternalError,
+    /// The session was suspended while this prompt ran (ACP `end_turn`); the
+    /// turn continues after a resume. The owner is whoever initiated it.
+    Suspended,
 }
 
 /// Who ended a turn. A control client that wants to know *who* stopped a turn
@@ -87,7 +90,7 @@ impl Terminal {
     /// ended in an error (reported as a JSON-RPC error instead).
     pub fn stop_reason(&self) -> Option<StopReason> {
         match self.kind {
-            TerminalKind::Completed => Some(StopReason::EndTurn),
+            TerminalKind::Completed | TerminalKind::Suspended => Some(StopReason::EndTurn),
             TerminalKind::MaxTokens => Some(StopReason::MaxTokens),
             TerminalKind::MaxTurnRequests => Some(StopReason::MaxTurnRequests),
             TerminalKind::Refusal => Some(StopReason::Refusal),
@@ -103,7 +106,9 @@ impl TerminalKind {
     /// The owner a terminal of this kind always has.
     pub fn owner(self) -> TerminalOwner {
         match self {
-            TerminalKind::Completed | TerminalKind::Refusal => TerminalOwner::Agent,
+            TerminalKind::Completed | TerminalKind::Refusal | TerminalKind::Suspended => {
+                TerminalOwner::Agent
+            }
             TerminalKind::MaxTokens | TerminalKind::ProviderError => TerminalOwner::Provider,
             TerminalKind::MaxTurnRequests => TerminalOwner::Policy,
             TerminalKind::UserCancelled | TerminalKind::SessionClosed => TerminalOwner::User,

@@ -122,6 +122,8 @@ async fn run(spec: &TurnSpec, deps: &TurnDeps, sink: &Recorder) -> TurnOutcome {
     tokio::time::timeout(Duration::from_secs(20), run_turn(spec, deps, sink))
         .await
         .expect("turn hung")
+        .ended()
+        .expect("the turn suspended")
 }
 
 #[tokio::test]

@@ -155,7 +155,9 @@ async fn run_with(
     };
     let outcome = tokio::time::timeout(Duration::from_secs(20), run_turn(&spec, &deps, &sink))
         .await
-        .unwrap();
+        .unwrap()
+        .ended()
+        .expect("the turn suspended");
     let requests = model.seen.lock().unwrap().clone();
     Run {
         outcome,

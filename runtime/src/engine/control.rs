@@ -6,6 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 
 use crate::steering::SteeringQueue;
+use crate::suspension::SuspendMode;
 use crate::terminal::{Terminal, TerminalKind};
 
 /// What the actor can ask of a running turn. The turn reads it only at seams.
@@ -16,6 +17,8 @@ pub struct TurnControl {
     steering: Mutex<SteeringQueue>,
     calls: Mutex<HashMap<String, CallSlot>>,
     approvals: Mutex<Vec<crate::engine::PermissionRequest>>,
+    suspend: Mutex<Option<SuspendMode>>,
+    suspend_signal: CancellationToken,
 }
 
 /// A tool call of the running turn, as `session/cancel_tool_call` sees it.
@@ -62,6 +65,41 @@ impl TurnControl {
     /// Resolves when a stop is requested (cancel-safe).
     pub async fn stopped(&self) {
         self.cancel.cancelled().await
+    }
+
+    /// Asks the turn to suspend (`session/suspend`). A later request with a
+    /// stronger mode upgrades the pending one (`interrupt_immediate` >
+    /// `finish_step` > `wait_for_completion`); returns the mode now in force.
+    /// `wait_for_completion` is the actor's business (it parks the session
+    /// after the turn ends); the other two are honoured by the engine at its
+    /// seams, and fire [`TurnControl::suspend_signal`] for cooperative tools.
+    pub fn request_suspend(&self, mode: SuspendMode) -> SuspendMode {
+        let rank = |m: SuspendMode| match m {
+            SuspendMode::WaitForCompletion => 0,
+            SuspendMode::FinishStep => 1,
+            SuspendMode::InterruptImmediate => 2,
+        };
+        let mut pending = self.suspend.lock().unwrap_or_else(|e| e.into_inner());
+        let effective = match *pending {
+            Some(current) if rank(current) >= rank(mode) => current,
+            _ => mode,
+        };
+        *pending = Some(effective);
+        if effective != SuspendMode::WaitForCompletion {
+            self.suspend_signal.cancel();
+        }
+        effective
+    }
+
+    /// The pending suspension request, if any.
+    pub fn suspend_requested(&self) -> Option<SuspendMode> {
+        *self.suspend.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fires when a `finish_step` or `interrupt_immediate` suspension is
+    /// requested (handed to tools as [`crate::tools::ToolContext::suspend`]).
+    pub fn suspend_signal(&self) -> CancellationToken {
+        self.suspend_signal.clone()
     }
 
     /// Tracks an announced tool call; the token fires on `cancel_call`.

@@ -1,8 +1,8 @@
 //! The turn engine.
 //!
 //! A turn is a loop of iterations — model call → tool batch → model call … —
-//! until the model ends the turn, a limit stops it, or it is cancelled
-//! ([`run_turn`]). Its state between steps is an explicit [`crate::frame::Frame`],
+//! until the model ends the turn, a limit stops it, it is cancelled, or it
+//! suspends ([`run_turn`]; a suspended turn continues with [`resume_turn`]). Its state between steps is an explicit [`crate::frame::Frame`],
 //! checkpointed at each phase boundary through the [`TurnSink`].
 //!
 //! The engine never writes anything itself: every fact goes through
@@ -16,7 +16,10 @@ mod control;
 mod turn;
 
 pub use control::{CallCancel, TurnControl};
-pub use turn::{run_turn, TurnDeps, TurnOutcome, TurnSpec};
+pub use turn::{
+    check_resumable, config_fingerprint, resume_turn, run_turn, ExecutionSuspended, ResumeRefusal,
+    TurnDeps, TurnExit, TurnOutcome, TurnSpec,
+};
 
 use async_trait::async_trait;
 

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::future::join_all;
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::{PermissionDecision, PermissionRequest, SinkError, TurnControl, TurnSink};
@@ -18,8 +18,12 @@ use crate::history::{Message, ToolCallRequest, Transcript};
 use crate::ids::{SessionId, TurnId};
 use crate::model::{ModelDelta, ModelProvider, ModelRequest, ModelResponse, ModelStop, Usage};
 use crate::steering::{InjectMode, Injection, Seam};
+use crate::suspension::SuspendMode;
 use crate::terminal::{Terminal, TerminalKind};
-use crate::tools::{FileChange, ProcessGroups, ToolContext, ToolError, ToolSet};
+use crate::tools::{
+    AgentPark, FileChange, ProcessGroups, ResumeInput, ToolContext, ToolContinuation, ToolError,
+    ToolExit, ToolSet,
+};
 
 /// What a turn is asked to do.
 #[derive(Debug, Clone)]
@@ -72,6 +76,38 @@ pub struct TurnOutcome {
     pub file_changes: Vec<FileChange>,
 }
 
+/// How a turn left the engine: ended with a terminal, or suspended. A
+/// suspension is its own outcome (`seeds/execution-suspension.md`,
+/// `ExecutionSuspended`), never a completion, a cancellation or a failure.
+#[derive(Debug, Clone)]
+pub enum TurnExit {
+    /// The turn ended.
+    Ended(TurnOutcome),
+    /// The turn is parked; its frame is durably checkpointed.
+    Suspended(Box<ExecutionSuspended>),
+}
+
+impl TurnExit {
+    /// The ended outcome, or `None` for a suspension.
+    pub fn ended(self) -> Option<TurnOutcome> {
+        match self {
+            Self::Ended(outcome) => Some(outcome),
+            Self::Suspended(_) => None,
+        }
+    }
+}
+
+/// A turn parked at a seam. The frame was acknowledged by
+/// [`TurnSink::checkpoint`] before this was returned; nothing of the turn runs
+/// any more (started tool calls have settled or yielded a continuation).
+#[derive(Debug, Clone)]
+pub struct ExecutionSuspended {
+    /// Where to continue from ([`resume_turn`]).
+    pub frame: Frame,
+    /// Set when the agent parked itself (`await_resumption`).
+    pub park: Option<AgentPark>,
+}
+
 /// Result of a call stopped by `session/cancel_tool_call`.
 const CALL_CANCELLED: &str =
     "cancelled: a client stopped this tool call (session/cancel_tool_call); \
@@ -82,10 +118,91 @@ const NOT_SENT: &str = "not dispatched: the turn was stopped before this tool ca
 const ABANDONED: &str = "abandoned: the turn was stopped while this tool call ran; \
                          its effects, if any, were not undone";
 
+/// Why a resumed frame cannot continue; checked before any effect.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeRefusal {
+    /// The frame was written by another format version.
+    #[error("frame version {found} is not {expected}")]
+    FrameVersion {
+        /// In the frame.
+        found: u32,
+        /// This build's.
+        expected: u32,
+    },
+    /// The transcript changed since the turn started.
+    #[error("the session's history changed while it was suspended (fingerprint {found}, frame has {expected})")]
+    HistoryChanged {
+        /// The frame's.
+        expected: String,
+        /// Now.
+        found: String,
+    },
+    /// Model, tools or limits changed since the turn started.
+    #[error("the configuration changed while the session was suspended (fingerprint {found}, frame has {expected})")]
+    ConfigurationChanged {
+        /// The frame's.
+        expected: String,
+        /// Now.
+        found: String,
+    },
+    /// A suspended call's tool is not mounted (its completion owner is gone).
+    #[error("tool `{tool}` that owns a suspended call is not available")]
+    CompletionOwnerMissing {
+        /// The tool.
+        tool: String,
+    },
+}
+
+/// SHA-256 (hex) of what a turn runs with: model name, tool specs, model-call
+/// limit. A frame records it; [`check_resumable`] compares it.
+pub fn config_fingerprint(spec: &TurnSpec, deps: &TurnDeps) -> String {
+    fingerprint(&(deps.model.name(), deps.tools.specs(), spec.max_model_calls))
+}
+
+/// Checks, before any effect, that `frame` can continue under `spec`/`deps`
+/// (`seeds/execution-suspension.md`: history/configuration are checked
+/// before effects, and every completion owner is validated before any
+/// sibling is scheduled).
+///
+/// # Errors
+/// The first [`ResumeRefusal`] that applies.
+pub fn check_resumable(frame: &Frame, spec: &TurnSpec, deps: &TurnDeps) -> Result<(), ResumeRefusal> {
+    if frame.version != FRAME_VERSION {
+        return Err(ResumeRefusal::FrameVersion {
+            found: frame.version,
+            expected: FRAME_VERSION,
+        });
+    }
+    let history = spec.history.fingerprint();
+    if frame.history_fingerprint != history {
+        return Err(ResumeRefusal::HistoryChanged {
+            expected: frame.history_fingerprint.clone(),
+            found: history.to_owned(),
+        });
+    }
+    let config = config_fingerprint(spec, deps);
+    if frame.config_fingerprint != config {
+        return Err(ResumeRefusal::ConfigurationChanged {
+            expected: frame.config_fingerprint.clone(),
+            found: config,
+        });
+    }
+    for outcome in &frame.tool_outcomes {
+        if outcome.status == ToolOutcomeStatus::Suspended && deps.tools.get(&outcome.call.name).is_none() {
+            return Err(ResumeRefusal::CompletionOwnerMissing {
+                tool: outcome.call.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Internal early exit of the loop.
 enum Exit {
     Stopped,
     Sink(SinkError),
+    /// Park here: the frame to checkpoint.
+    Suspend(Box<Frame>),
 }
 
 impl From<SinkError> for Exit {
@@ -105,50 +222,44 @@ struct Turn<'a> {
     directives: DirectiveSet,
     judged: bool,
     file_changes: std::sync::Mutex<Vec<FileChange>>,
+    /// User messages to add after the current batch's results.
+    resume_notes: Vec<String>,
 }
 
-/// Runs one prompt turn to its terminal.
+/// Runs one prompt turn until it ends or suspends.
 ///
 /// Every event is emitted through `sink` (durable before it returns); a frame is
-/// checkpointed when a tool batch is ready and when it has settled. The caller
-/// journals `turn_started` before and `turn_ended` after.
-pub async fn run_turn(spec: &TurnSpec, deps: &TurnDeps, sink: &dyn TurnSink) -> TurnOutcome {
-    let mut turn = Turn {
-        spec,
-        deps,
-        sink,
-        accounting: Accounting::default(),
-        turn_messages: vec![Message::User {
-            text: spec.prompt.to_model_text(),
-        }],
-        history_fingerprint: spec.history.fingerprint().to_owned(),
-        config_fingerprint: fingerprint(&(
-            deps.model.name(),
-            deps.tools.specs(),
-            spec.max_model_calls,
-        )),
-        directives: DirectiveSet::default(),
-        judged: false,
-        file_changes: Default::default(),
-    };
-    let terminal = match turn.run().await {
-        Ok(terminal) => terminal,
-        Err(Exit::Stopped) => deps.control.stop_terminal(),
-        Err(Exit::Sink(e)) => Terminal::new(TerminalKind::InternalError, e.to_string()),
-    };
-    // Seam: loop_exit, whatever ended the loop. A journal failure here is
-    // already reflected in the terminal when it was the cause.
-    let _ = turn.exit_loop().await;
-    TurnOutcome {
-        terminal,
-        usage: turn.accounting.usage,
-        turn_messages: turn.turn_messages,
-        file_changes: merge_changes(
-            turn.file_changes
-                .into_inner()
-                .unwrap_or_else(|e| e.into_inner()),
-        ),
-    }
+/// checkpointed when a tool batch is ready, when it has settled, and when the
+/// turn suspends. The caller journals `turn_started` before and `turn_ended`
+/// after.
+pub async fn run_turn(spec: &TurnSpec, deps: &TurnDeps, sink: &dyn TurnSink) -> TurnExit {
+    let mut turn = Turn::new(spec, deps, sink);
+    let result = turn.run_from(0).await;
+    turn.conclude(result).await
+}
+
+/// Continues a suspended turn from its `frame`
+/// (`seeds/execution-suspension.md`, "resume(frame, …)").
+///
+/// Call [`check_resumable`] first. `resume.input` goes to the waitpoint: the
+/// result of the `await_resumption` call when the agent parked itself,
+/// otherwise a user message the model reads before its next call. Suspended
+/// tool calls continue through their tool's `resume_execution`; unstarted
+/// calls of the batch are dispatched; nothing settled runs again.
+pub async fn resume_turn(
+    spec: &TurnSpec,
+    deps: &TurnDeps,
+    sink: &dyn TurnSink,
+    frame: Frame,
+    resume: &ResumeInput,
+) -> TurnExit {
+    let mut turn = Turn::new(spec, deps, sink);
+    turn.accounting = frame.accounting;
+    turn.turn_messages = frame.turn_messages.clone();
+    turn.history_fingerprint = frame.history_fingerprint.clone();
+    turn.file_changes = std::sync::Mutex::new(frame.file_changes.clone());
+    let result = turn.resume(frame, resume).await;
+    turn.conclude(result).await
 }
 
 /// One change per path: the first `before`, the last `after`.
@@ -163,13 +274,123 @@ fn merge_changes(changes: Vec<FileChange>) -> Vec<FileChange> {
     merged
 }
 
-impl Turn<'_> {
-    async fn run(&mut self) -> Result<Terminal, Exit> {
-        let mut iteration = 0u32;
+impl<'a> Turn<'a> {
+    fn new(spec: &'a TurnSpec, deps: &'a TurnDeps, sink: &'a dyn TurnSink) -> Self {
+        Turn {
+            spec,
+            deps,
+            sink,
+            accounting: Accounting::default(),
+            turn_messages: vec![Message::User {
+                text: spec.prompt.to_model_text(),
+            }],
+            history_fingerprint: spec.history.fingerprint().to_owned(),
+            config_fingerprint: config_fingerprint(spec, deps),
+            directives: DirectiveSet::default(),
+            judged: false,
+            file_changes: Default::default(),
+            resume_notes: Vec::new(),
+        }
+    }
+
+    fn take_file_changes(&self) -> Vec<FileChange> {
+        merge_changes(std::mem::take(
+            &mut *self.file_changes.lock().unwrap_or_else(|e| e.into_inner()),
+        ))
+    }
+
+    /// Turns the loop's result into the turn's exit: a suspension is
+    /// checkpointed (and only then reported), anything else passes the
+    /// `loop_exit` seam and ends.
+    async fn conclude(mut self, result: Result<Terminal, Exit>) -> TurnExit {
+        let terminal = match result {
+            Ok(terminal) => terminal,
+            Err(Exit::Stopped) => self.deps.control.stop_terminal(),
+            Err(Exit::Sink(e)) => Terminal::new(TerminalKind::InternalError, e.to_string()),
+            Err(Exit::Suspend(frame)) => match self.suspend(*frame).await {
+                Ok(suspended) => return TurnExit::Suspended(Box::new(suspended)),
+                Err(e) => Terminal::new(TerminalKind::InternalError, e.to_string()),
+            },
+        };
+        // Seam: loop_exit, whatever ended the loop. A journal failure here is
+        // already reflected in the terminal when it was the cause.
+        let _ = self.exit_loop().await;
+        TurnExit::Ended(TurnOutcome {
+            terminal,
+            usage: self.accounting.usage,
+            file_changes: self.take_file_changes(),
+            turn_messages: self.turn_messages,
+        })
+    }
+
+    /// Parks the turn: the frame (with the files changed so far) is
+    /// checkpointed, and only once that is acknowledged are messages still
+    /// waiting for a seam dropped and the suspension reported.
+    async fn suspend(&mut self, mut frame: Frame) -> Result<ExecutionSuspended, SinkError> {
+        frame.file_changes = self.take_file_changes();
+        self.sink.checkpoint(&frame).await?;
+        let pending: Vec<_> = self.deps.control.steering().drain_all();
+        for injection in pending {
+            self.sink
+                .emit(SessionEvent::InjectionDropped {
+                    message_id: injection.message_id,
+                    reason: "the session suspended before this message was delivered".into(),
+                })
+                .await?;
+        }
+        Ok(ExecutionSuspended {
+            park: frame.park().cloned(),
+            frame,
+        })
+    }
+
+    /// The frame for parking before the next model call.
+    fn parked_before_model(&self, iteration: u32) -> Exit {
+        Exit::Suspend(Box::new(self.frame(Phase::Provider, iteration, vec![], vec![])))
+    }
+
+    async fn resume(&mut self, frame: Frame, resume: &ResumeInput) -> Result<Terminal, Exit> {
+        let iteration = frame.iteration;
+        let note = resume.input.as_ref().map(|input| match input {
+            Value::String(text) => format!("[resumed] {text}"),
+            other => format!("[resumed] {other}"),
+        });
+        if frame.phase == Phase::Tools {
+            // The agent's park call is the waitpoint; otherwise the input is
+            // read after the batch's results.
+            self.resume_notes = frame.resume_notes.clone();
+            if frame.park().is_none() {
+                self.resume_notes.extend(note);
+            }
+            for call in frame.batch_calls() {
+                self.deps.control.track_call(call.id.as_str());
+            }
+            self.finish_batch(
+                iteration,
+                frame.tool_outcomes,
+                frame.unstarted_calls,
+                Some(resume),
+            )
+            .await?;
+        } else if let Some(text) = note {
+            self.turn_messages.push(Message::User { text });
+        }
+        self.run_from(iteration).await
+    }
+
+    async fn run_from(&mut self, mut iteration: u32) -> Result<Terminal, Exit> {
         loop {
             // Seam: turn_start.
             if self.deps.control.is_stopped() {
                 return Err(Exit::Stopped);
+            }
+            // A suspension waits for the step in flight, then parks here,
+            // before the next model call.
+            if matches!(
+                self.deps.control.suspend_requested(),
+                Some(SuspendMode::FinishStep | SuspendMode::InterruptImmediate)
+            ) {
+                return Err(self.parked_before_model(iteration));
             }
             if iteration >= self.spec.max_model_calls {
                 return Ok(Terminal::new(
@@ -298,6 +519,8 @@ impl Turn<'_> {
             config_fingerprint: self.config_fingerprint.clone(),
             dispatch_skipped: false,
             skip_reason: None,
+            resume_notes: self.resume_notes.clone(),
+            file_changes: Vec::new(),
         }
     }
 
@@ -404,8 +627,8 @@ impl Turn<'_> {
         Ok(())
     }
 
-    /// Announces, checkpoints, dispatches and settles one tool batch, then
-    /// records each outcome as a tool message (in call order).
+    /// Announces and checkpoints one tool batch, then dispatches it
+    /// ([`Turn::finish_batch`]) unless an interrupt skips it.
     async fn run_tool_batch(
         &mut self,
         iteration: u32,
@@ -435,22 +658,89 @@ impl Turn<'_> {
         if !interrupts.is_empty() {
             return self.skip_batch(iteration, calls, interrupts).await;
         }
-        // Each call re-checks the stop flag right before it is sent, so a stop
-        // that lands mid-batch still holds back every call not yet sent.
+        self.finish_batch(iteration, Vec::new(), calls, None).await
+    }
+
+    /// Settles a batch: continues its suspended calls (on resume), then
+    /// dispatches the `unstarted` ones in order — consecutive
+    /// concurrency-safe calls together, every other call alone — and records
+    /// each outcome as a tool message, in call order.
+    ///
+    /// Before each group, an `interrupt_immediate` suspension parks the turn
+    /// with the rest unstarted; a call that yields a continuation (or the
+    /// agent's `await_resumption`) parks it once its group has settled.
+    async fn finish_batch(
+        &mut self,
+        iteration: u32,
+        mut outcomes: Vec<ToolOutcome>,
+        unstarted: Vec<ToolCallRequest>,
+        resume: Option<&ResumeInput>,
+    ) -> Result<(), Exit> {
         let ctx = ToolContext {
             cwd: self.spec.cwd.clone(),
             additional_directories: self.spec.additional_directories.clone(),
             processes: Arc::clone(&self.deps.processes),
             call_id: None,
+            suspend: self.deps.control.suspend_signal(),
         };
-        let outcomes = join_all(calls.iter().map(|call| self.dispatch(&ctx, call))).await;
-        let outcomes = outcomes.into_iter().collect::<Result<Vec<_>, _>>()?;
+        if let Some(resume) = resume {
+            let resumed = join_all(outcomes.iter().map(|outcome| async {
+                match &outcome.continuation {
+                    Some(continuation) if outcome.status == ToolOutcomeStatus::Suspended => {
+                        self.dispatch(&ctx, &outcome.call, Some((continuation, resume)))
+                            .await
+                            .map(Some)
+                    }
+                    _ => Ok(None),
+                }
+            }))
+            .await;
+            for (slot, resumed) in outcomes.iter_mut().zip(resumed) {
+                if let Some(outcome) = resumed? {
+                    *slot = outcome;
+                }
+            }
+        }
+        let mut pending = std::collections::VecDeque::from(unstarted);
+        let parked = |outcomes: &[ToolOutcome]| {
+            outcomes
+                .iter()
+                .any(|o| o.status == ToolOutcomeStatus::Suspended)
+        };
+        while !pending.is_empty() && !parked(&outcomes) {
+            if self.deps.control.suspend_requested() == Some(SuspendMode::InterruptImmediate) {
+                break;
+            }
+            let safe = |call: &ToolCallRequest| {
+                self.deps
+                    .tools
+                    .get(&call.name)
+                    .is_some_and(|tool| tool.concurrency_safe())
+            };
+            let mut group = vec![pending.pop_front().unwrap_or_else(|| unreachable!())];
+            if safe(&group[0]) {
+                while pending.front().is_some_and(safe) {
+                    group.extend(pending.pop_front());
+                }
+            }
+            let settled = join_all(group.iter().map(|call| self.dispatch(&ctx, call, None))).await;
+            for outcome in settled {
+                outcomes.push(outcome?);
+            }
+        }
+        if !pending.is_empty() || parked(&outcomes) {
+            let frame = self.frame(Phase::Tools, iteration, outcomes, pending.into());
+            return Err(Exit::Suspend(Box::new(frame)));
+        }
         for outcome in &outcomes {
             self.turn_messages.push(Message::Tool {
                 tool_call_id: outcome.call.id.clone(),
                 content: outcome.content.clone(),
                 is_error: outcome.status != ToolOutcomeStatus::Completed,
             });
+        }
+        for text in std::mem::take(&mut self.resume_notes) {
+            self.turn_messages.push(Message::User { text });
         }
         self.sink
             .checkpoint(&self.frame(Phase::Provider, iteration, outcomes, vec![]))
@@ -491,6 +781,8 @@ impl Turn<'_> {
                 call,
                 status: ToolOutcomeStatus::Interrupted,
                 content: INTERRUPTED.into(),
+                continuation: None,
+                park: None,
             });
         }
         for injection in interrupts {
@@ -511,13 +803,17 @@ impl Turn<'_> {
         Ok(())
     }
 
+    /// Runs one call (or continues a suspended one from its continuation).
     async fn dispatch(
         &self,
         ctx: &ToolContext,
         call: &ToolCallRequest,
+        resume: Option<(&ToolContinuation, &ResumeInput)>,
     ) -> Result<ToolOutcome, SinkError> {
-        let outcome = self.dispatch_one(ctx, call).await;
-        self.deps.control.finish_call(call.id.as_str());
+        let outcome = self.dispatch_one(ctx, call, resume).await;
+        if !matches!(&outcome, Ok(o) if o.status == ToolOutcomeStatus::Suspended) {
+            self.deps.control.finish_call(call.id.as_str());
+        }
         outcome
     }
 
@@ -525,11 +821,14 @@ impl Turn<'_> {
         &self,
         ctx: &ToolContext,
         call: &ToolCallRequest,
+        resume: Option<(&ToolContinuation, &ResumeInput)>,
     ) -> Result<ToolOutcome, SinkError> {
         let settle = |status: ToolOutcomeStatus, content: String| ToolOutcome {
             call: call.clone(),
             status,
             content,
+            continuation: None,
+            park: None,
         };
         if self.deps.control.is_stopped() {
             self.update(
@@ -564,7 +863,8 @@ impl Turn<'_> {
                 .await?;
             return Ok(settle(ToolOutcomeStatus::Failed, err.to_string()));
         };
-        if self.deps.needs_approval.contains(&call.name) {
+        // A continued call was approved before it first ran.
+        if resume.is_none() && self.deps.needs_approval.contains(&call.name) {
             let decision = self.approve(tool.as_ref(), call, &cancelled).await?;
             if decision != PermissionDecision::Allowed {
                 let reason = match &decision {
@@ -611,7 +911,12 @@ impl Turn<'_> {
                 .await?;
                 return Ok(settle(ToolOutcomeStatus::Interrupted, CALL_CANCELLED.into()));
             }
-            result = tool.call(&ctx, call.arguments.clone()) => Some(result),
+            result = async {
+                match resume {
+                    Some((continuation, input)) => tool.resume_execution(&ctx, continuation, input).await,
+                    None => tool.execute(&ctx, call.arguments.clone()).await,
+                }
+            } => Some(result),
         };
         match result {
             None => {
@@ -624,7 +929,26 @@ impl Turn<'_> {
                 .await?;
                 Ok(settle(ToolOutcomeStatus::Unknown, ABANDONED.into()))
             }
-            Some(Ok(mut output)) => {
+            Some(Ok(ToolExit::Suspended(parked))) => {
+                let reason = match &parked.park {
+                    Some(park) => format!("parked: {}", park.reason),
+                    None => "suspended: this call continues when the session resumes".into(),
+                };
+                self.sink
+                    .emit(SessionEvent::ToolCallUpdate {
+                        tool_call_id: call.id.clone(),
+                        status: ToolCallStatus::InProgress,
+                        raw_output: Some(json!({"suspended": true, "continuation": parked.continuation})),
+                        content: Some(reason.clone()),
+                    })
+                    .await?;
+                Ok(ToolOutcome {
+                    continuation: Some(parked.continuation),
+                    park: parked.park,
+                    ..settle(ToolOutcomeStatus::Suspended, reason)
+                })
+            }
+            Some(Ok(ToolExit::Done(mut output))) => {
                 self.file_changes
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -632,6 +956,13 @@ impl Turn<'_> {
                 self.update(call, ToolCallStatus::Completed, output.raw, &output.content)
                     .await?;
                 Ok(settle(ToolOutcomeStatus::Completed, output.content))
+            }
+            // A continuation that cannot be continued: the call's outcome is
+            // unknown and it is never re-dispatched.
+            Some(Err(err @ ToolError::NotResumable { .. })) => {
+                self.update(call, ToolCallStatus::Failed, json!(err), &err.to_string())
+                    .await?;
+                Ok(settle(ToolOutcomeStatus::Unknown, format!("error: {err}")))
             }
             Some(Err(err)) => {
                 self.update(call, ToolCallStatus::Failed, json!(err), &err.to_string())

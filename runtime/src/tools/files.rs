@@ -137,6 +137,11 @@ impl Tool for ReadFile {
         ToolKind::Read
     }
 
+    /// Reads never race each other: a batch's consecutive reads run together.
+    fn concurrency_safe(&self) -> bool {
+        true
+    }
+
     fn title(&self, arguments: &Value) -> String {
         format!(
             "read {}",
@@ -272,17 +277,13 @@ impl Tool for WriteFile {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
-    use crate::tools::ProcessGroups;
 
     fn ctx(cwd: &Path, extra: &[&Path]) -> ToolContext {
         ToolContext {
-            cwd: cwd.to_path_buf(),
             additional_directories: extra.iter().map(|p| p.to_path_buf()).collect(),
-            processes: Arc::new(ProcessGroups::default()),
-            call_id: None,
+            ..ToolContext::new(cwd.to_path_buf())
         }
     }
 

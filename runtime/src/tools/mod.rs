@@ -2,25 +2,31 @@
 //!
 //! A [`Tool`] takes JSON arguments and returns a [`ToolOutput`] or a typed
 //! [`ToolError`]; it never panics on model input. Built-ins: [`shell::Shell`],
-//! [`files::ReadFile`], [`files::WriteFile`]. A [`ToolSet`] is what a session
-//! offers its model.
+//! [`files::ReadFile`], [`files::WriteFile`], [`wait_for_file::WaitForFile`]
+//! (a long wait that suspends with its own continuation) and
+//! [`await_resumption::AwaitResumption`] (the agent parks its session). A
+//! [`ToolSet`] is what a session offers its model.
 
+pub mod await_resumption;
 pub mod files;
 pub mod processes;
 pub mod shell;
+pub mod wait_for_file;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 pub use processes::{ProcessGroups, ProcessLedger};
 
 use crate::event::ToolKind;
 use crate::model::ToolSpec;
+use crate::suspension::{ResumeCause, ResumeConditions};
 
 /// What a tool call may touch.
 #[derive(Debug, Clone)]
@@ -34,6 +40,88 @@ pub struct ToolContext {
     /// The tool call being run (its process groups are registered under it so
     /// `session/cancel_tool_call` can kill just them).
     pub call_id: Option<String>,
+    /// Fires when the session is asked to suspend (`session/suspend` in mode
+    /// `finish_step` or `interrupt_immediate`). A cooperative long-running tool
+    /// watches it and returns [`ToolExit::Suspended`] instead of blocking the
+    /// suspension; an ordinary tool ignores it and settles.
+    pub suspend: CancellationToken,
+}
+
+impl ToolContext {
+    /// A context for `cwd` alone, with fresh process groups and no call id.
+    pub fn new(cwd: PathBuf) -> Self {
+        Self {
+            cwd,
+            additional_directories: Vec::new(),
+            processes: Arc::new(ProcessGroups::default()),
+            call_id: None,
+            suspend: CancellationToken::new(),
+        }
+    }
+}
+
+/// How a call that may suspend came out (`seeds/execution-suspension.md`:
+/// `ToolExecutionSuspended` is neither a result nor a failure).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolExit {
+    /// The call finished with a result.
+    Done(ToolOutput),
+    /// The call parked itself; the engine suspends the turn and, on resume,
+    /// calls [`Tool::resume_execution`] with the continuation — it never
+    /// re-dispatches the call.
+    Suspended(ToolSuspension),
+}
+
+impl From<ToolOutput> for ToolExit {
+    fn from(output: ToolOutput) -> Self {
+        Self::Done(output)
+    }
+}
+
+/// A tool's parked state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSuspension {
+    /// What the tool needs to pick up where it stopped.
+    pub continuation: ToolContinuation,
+    /// Set when the call asks to park the whole session (the agent's
+    /// `await_resumption`); `None` when the tool only yielded to a
+    /// suspension someone else asked for.
+    pub park: Option<AgentPark>,
+}
+
+/// A tool's own versioned continuation, stored in the frame
+/// (e.g. `{"tool": "wait_for_file", "version": 1, "state": {"path": …}}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolContinuation {
+    /// The tool that owns it (its completion owner).
+    pub tool: String,
+    /// The tool's continuation format version.
+    pub version: u32,
+    /// Tool-private state.
+    pub state: Value,
+}
+
+/// An agent-initiated self-park (RFC `session/await_resumption`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentPark {
+    /// Why the agent parks.
+    pub reason: String,
+    /// What should wake it (empty: only an explicit resume).
+    #[serde(default)]
+    pub conditions: ResumeConditions,
+    /// A digest to show while parked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+}
+
+/// What a resume hands to the waitpoint (RFC `SessionResumeRequest.input`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResumeInput {
+    /// The value fed back, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// Why the session woke.
+    pub cause: ResumeCause,
 }
 
 /// A tool's successful result.
@@ -120,6 +208,15 @@ pub enum ToolError {
         /// The OS error.
         message: String,
     },
+    /// A continuation this tool cannot resume (unknown version or a tool
+    /// that never suspends); the call's outcome is unknown and not retried.
+    #[error("cannot resume a `{tool}` continuation: {message}")]
+    NotResumable {
+        /// The tool.
+        tool: String,
+        /// Why.
+        message: String,
+    },
     /// The call ran past its timeout and was killed.
     #[error("timed out after {timeout_ms} ms")]
     Timeout {
@@ -155,6 +252,45 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// A typed [`ToolError`]; never panics on bad arguments.
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<ToolOutput, ToolError>;
+
+    /// Runs the call allowing it to suspend. The engine calls this; an
+    /// ordinary tool keeps the default, which runs [`Tool::call`] to the end.
+    ///
+    /// # Errors
+    /// As [`Tool::call`].
+    async fn execute(&self, ctx: &ToolContext, arguments: Value) -> Result<ToolExit, ToolError> {
+        self.call(ctx, arguments).await.map(ToolExit::Done)
+    }
+
+    /// Continues a call this tool suspended, from its `continuation`
+    /// (`seeds/execution-suspension.md`: the engine calls the original
+    /// completion owner instead of `execute(arguments)`; there is no
+    /// re-dispatch fallback). It may suspend again.
+    ///
+    /// # Errors
+    /// [`ToolError::NotResumable`] by default and for a continuation version
+    /// the tool does not know; the call's outcome is then unknown.
+    async fn resume_execution(
+        &self,
+        ctx: &ToolContext,
+        continuation: &ToolContinuation,
+        resume: &ResumeInput,
+    ) -> Result<ToolExit, ToolError> {
+        let _ = (ctx, resume);
+        Err(ToolError::NotResumable {
+            tool: continuation.tool.clone(),
+            message: "this tool never suspends".into(),
+        })
+    }
+
+    /// Whether calls of this tool may run at the same time as their
+    /// neighbours in a batch. Default `false`: the engine dispatches a batch
+    /// in order, running consecutive concurrency-safe calls together and every
+    /// other call alone, so a call that mutates state never races a sibling
+    /// and a suspension can stop between calls (keeping the rest unstarted).
+    fn concurrency_safe(&self) -> bool {
+        false
+    }
 }
 
 /// The tools a session offers, by name.
@@ -164,12 +300,15 @@ pub struct ToolSet {
 }
 
 impl ToolSet {
-    /// `shell`, `read_file` and `write_file` with their default bounds.
+    /// `shell`, `read_file`, `write_file`, `wait_for_file` and
+    /// `await_resumption` with their default bounds.
     pub fn builtin() -> Self {
         let mut set = Self::default();
         set.insert(Arc::new(shell::Shell::default()));
         set.insert(Arc::new(files::ReadFile::default()));
         set.insert(Arc::new(files::WriteFile));
+        set.insert(Arc::new(wait_for_file::WaitForFile::default()));
+        set.insert(Arc::new(await_resumption::AwaitResumption));
         set
     }
 

@@ -200,15 +200,9 @@ impl Tool for Shell {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ProcessGroups;
 
     fn ctx(dir: &std::path::Path) -> ToolContext {
-        ToolContext {
-            cwd: dir.to_path_buf(),
-            additional_directories: vec![],
-            processes: Arc::new(ProcessGroups::default()),
-            call_id: None,
-        }
+        ToolContext::new(dir.to_path_buf())
     }
 
     #[tokio::test]

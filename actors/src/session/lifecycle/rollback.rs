@@ -50,10 +50,8 @@ fn restore(path: &Path, text: Option<&str>) -> std::io::Result<()> {
 /// or a file changed since the checkpoint (it is never overwritten blindly).
 fn check_files(state: &SessionState, changes: &[FileChange], redo: bool) -> Vec<String> {
     let ctx = ToolContext {
-        cwd: state.record.cwd.clone(),
         additional_directories: state.record.additional_directories.clone(),
-        processes: Default::default(),
-        call_id: None,
+        ..ToolContext::new(state.record.cwd.clone())
     };
     let mut problems = Vec::new();
     for change in changes {
