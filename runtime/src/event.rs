@@ -16,6 +16,7 @@ use crate::engine::{PermissionDecision, PermissionRequest};
 use crate::ids::{ToolCallId, TurnId};
 use crate::model::Usage;
 use crate::steering::{Injection, Seam};
+use crate::suspension::{Initiator, ResumeCause, ResumeConditions, SuspendMode};
 use crate::terminal::{StopReason, Terminal};
 
 /// ACP `ToolKind`: how a client should present a tool call.
@@ -177,6 +178,76 @@ pub enum SessionEvent {
     /// The session was closed; it stays readable and refuses prompts.
     /// Renders as `_berth/agentEvent` `session_closed`.
     SessionClosed {},
+    /// A `session/suspend` was accepted while a turn runs: the RFC's
+    /// `requested` state; `quiescing` until the turn's in-flight step settles.
+    /// Renders as `_berth/agentEvent` `suspend_requested`.
+    SuspendRequested {
+        /// The handle the suspension will have.
+        handle: String,
+        /// The mode in force.
+        mode: SuspendMode,
+        /// Who asked.
+        initiator: Initiator,
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// What may wake it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume_when: Option<ResumeConditions>,
+        /// `quiescing` (a turn is settling) — the state clients see until `suspended`.
+        state: String,
+    },
+    /// The session is parked (RFC `SessionUpdate_Suspended`). Renders as
+    /// `session/update` `suspended` to clients that declared support, else
+    /// as `_berth/agentEvent` `suspended`.
+    Suspended {
+        /// The handle to resume.
+        handle: String,
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// Who parked it.
+        initiator: Initiator,
+        /// When it was committed.
+        suspended_at: DateTime<Utc>,
+        /// What may wake it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume_when: Option<ResumeConditions>,
+        /// A digest to show while parked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        summary: Option<String>,
+        /// The parked turn (`None`: the session was idle).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn_id: Option<TurnId>,
+        /// The mode it was requested with.
+        mode: SuspendMode,
+    },
+    /// A suspension was resumed (RFC `SessionUpdate_Resumed`). Renders as
+    /// `session/update` `resumed` to clients that declared support, else as
+    /// `_berth/agentEvent` `resumed`.
+    Resumed {
+        /// The handle that was claimed.
+        handle: String,
+        /// Why it woke.
+        cause: ResumeCause,
+        /// Whether an `input` was fed back.
+        had_resume_input: bool,
+        /// Whether the turn continues its transcript.
+        continue_transcript: bool,
+        /// When the claim was committed.
+        resumed_at: DateTime<Utc>,
+        /// The turn that runs now (the parked one continued, or a fresh one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn_id: Option<TurnId>,
+    },
+    /// A suspension was cancelled (`session/close` while suspended); its
+    /// handle can no longer be resumed. Renders as `_berth/agentEvent`.
+    SuspensionCancelled {
+        /// The handle.
+        handle: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl SessionEvent {
@@ -201,6 +272,10 @@ impl SessionEvent {
             SessionEvent::PermissionResolved { .. } => "permission_resolved",
             SessionEvent::TurnRedone { .. } => "turn_redone",
             SessionEvent::SessionClosed {} => "session_closed",
+            SessionEvent::SuspendRequested { .. } => "suspend_requested",
+            SessionEvent::Suspended { .. } => "suspended",
+            SessionEvent::Resumed { .. } => "resumed",
+            SessionEvent::SuspensionCancelled { .. } => "suspension_cancelled",
         }
     }
 }

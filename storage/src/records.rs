@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use berth_runtime::history::Message;
 use berth_runtime::ids::{SessionId, TurnId};
+use berth_runtime::suspension::SuspendRequest;
 use berth_runtime::tools::FileChange;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -39,6 +40,18 @@ pub struct SessionRecord {
     /// back and can be redone (until the next turn discards them).
     #[serde(default)]
     pub checkpoint_head: u64,
+    /// The session that spawned this one (nested sessions; `_meta.berth.parentSessionId`
+    /// in `session/new`). Each session suspends and resumes on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session_id: Option<SessionId>,
+    /// Transcript index the model's context starts at: a resume with
+    /// `continueTranscript: false` starts a fresh context (a digest of what
+    /// came before, then the input) without deleting the transcript.
+    #[serde(default)]
+    pub context_from: u64,
+    /// A suspension requested while a turn runs and not yet committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend_request: Option<SuspendRequest>,
 }
 
 /// A turn checkpoint (table `checkpoints`, key `(session, seq)` with `seq`

@@ -154,3 +154,27 @@ pub struct ResumeClaim {
     /// When.
     pub claimed_at: DateTime<Utc>,
 }
+
+/// A `session/suspend` accepted while a turn runs, kept in the session record
+/// until the turn parks (the RFC's `requested → quiescing` states). It is
+/// durable: if berth stops while the turn quiesces, start-up completes the
+/// suspension from the turn's last checkpoint instead of sealing the turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SuspendRequest {
+    /// The handle the suspension will have.
+    pub handle: String,
+    /// The mode in force (upgraded by a later, stronger request).
+    pub mode: SuspendMode,
+    /// Who asked.
+    pub initiator: Initiator,
+    /// The actor that asked.
+    pub actor: String,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What may wake it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_when: Option<ResumeConditions>,
+    /// When it was accepted.
+    pub requested_at: DateTime<Utc>,
+}

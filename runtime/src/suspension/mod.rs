@@ -12,5 +12,6 @@ pub mod envelope;
 
 pub use conditions::{ConditionError, OnTimeout, ResumeConditions, ResumeTimeout, TriggerSpec};
 pub use envelope::{
-    Initiator, ResumeCause, ResumeClaim, ResumeClaimKind, SpanLink, SuspendMode, Suspension,
+    Initiator, ResumeCause, ResumeClaim, ResumeClaimKind, SpanLink, SuspendMode, SuspendRequest,
+    Suspension,
 };
