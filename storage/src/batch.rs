@@ -4,6 +4,7 @@ use berth_runtime::event::EventRecord;
 use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
 use berth_runtime::ids::{SessionId, TurnId};
+use berth_runtime::suspension::{ResumeClaim, Suspension};
 use serde::Serialize;
 
 use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
@@ -51,6 +52,20 @@ pub(crate) enum Op {
         id: String,
         from: u64,
     },
+    PutSuspension {
+        id: String,
+        value: Vec<u8>,
+    },
+    DeleteSuspension {
+        id: String,
+    },
+}
+
+/// A one-time claim a batch takes on a suspension handle (see [`Batch::claim`]).
+#[derive(Debug, Clone)]
+pub(crate) struct PendingClaim {
+    pub handle: String,
+    pub value: Vec<u8>,
 }
 
 /// Writes that become durable together or not at all. Build one, then hand it
@@ -61,6 +76,8 @@ pub struct Batch {
     /// `(session id, turn id)`: commit only while that turn is the session's
     /// open turn (see [`Batch::fenced_by_turn`]).
     pub(crate) fence: Option<(String, String)>,
+    /// The handle this batch claims (see [`Batch::claim`]).
+    pub(crate) claim: Option<PendingClaim>,
 }
 
 fn json<T: Serialize>(value: &T) -> Vec<u8> {
@@ -74,9 +91,11 @@ impl Batch {
         Self::default()
     }
 
-    /// Whether the batch has no writes.
+    /// Whether the batch has no writes (no ops and no claim). Committing an
+    /// empty batch is a no-op that returns `Ok` without touching the journal,
+    /// even when it carries a fence.
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.ops.is_empty() && self.claim.is_none()
     }
 
     /// Makes the batch conditional: it commits only if `turn` is still the
@@ -86,6 +105,47 @@ impl Batch {
     /// actor restart) nothing a stale task of it still sends can land.
     pub fn fenced_by_turn(mut self, session: &SessionId, turn: &TurnId) -> Self {
         self.fence = Some((session.0.clone(), turn.0.clone()));
+        self
+    }
+
+    /// Makes the batch claim the suspension handle `claim.handle`, once and
+    /// for all. At commit, inside the writer's transaction: if a claim on that
+    /// handle is already stored, the whole batch is refused with
+    /// [`StorageError::AlreadyClaimed`](crate::StorageError::AlreadyClaimed)
+    /// (carrying the stored claim) and nothing of it is written; otherwise the
+    /// claim row is inserted and the batch's writes applied, atomically.
+    ///
+    /// Exactly one of any number of batches claiming the same handle commits,
+    /// including batches folded into the same group commit (later ones in the
+    /// group see the earlier insert). Claims are never overwritten or deleted.
+    ///
+    /// A batch holds one claim; calling this again replaces it. It combines
+    /// with [`Batch::fenced_by_turn`]: the fence is checked first, then the
+    /// claim, and the batch writes only if both hold.
+    pub fn claim(mut self, claim: &ResumeClaim) -> Self {
+        self.claim = Some(PendingClaim {
+            handle: claim.handle.clone(),
+            value: json(claim),
+        });
+        self
+    }
+
+    /// Stores the session's suspension, replacing any earlier one (a session
+    /// has at most one; table `suspensions`, keyed by `suspension.session_id`).
+    pub fn put_suspension(mut self, suspension: &Suspension) -> Self {
+        self.ops.push(Op::PutSuspension {
+            id: suspension.session_id.0.clone(),
+            value: json(suspension),
+        });
+        self
+    }
+
+    /// Removes the session's suspension, if any (it was resumed, cancelled or
+    /// failed). Claims on its handle stay.
+    pub fn delete_suspension(mut self, session: &SessionId) -> Self {
+        self.ops.push(Op::DeleteSuspension {
+            id: session.0.clone(),
+        });
         self
     }
 

@@ -1,5 +1,16 @@
 //! Storage errors.
 
+use berth_runtime::suspension::{ResumeClaim, ResumeClaimKind};
+
+/// How a claim kind reads in a message ("already resumed by …").
+fn claim_verb(kind: ResumeClaimKind) -> &'static str {
+    match kind {
+        ResumeClaimKind::Resumed => "resumed",
+        ResumeClaimKind::Cancelled => "cancelled",
+        ResumeClaimKind::Failed => "failed",
+    }
+}
+
 /// What can go wrong in the journal. Every variant means the operation did not
 /// take effect (a failed commit leaves nothing of its batch behind).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -32,6 +43,20 @@ pub enum StorageError {
         session_id: String,
         /// The fenced turn.
         turn_id: String,
+    },
+    /// A batch claiming a suspension handle ([`Batch::claim`](crate::Batch::claim))
+    /// lost: the handle was already claimed, by an earlier commit or by an
+    /// earlier batch of the same group commit. Nothing of the batch was
+    /// written. `existing` is the stored claim (who won, how, when).
+    #[error(
+        "suspension handle {handle} is used up: it was already {} by {} at {}; nothing was written",
+        claim_verb(existing.kind), existing.actor, existing.claimed_at
+    )]
+    AlreadyClaimed {
+        /// The handle.
+        handle: String,
+        /// The claim that won (boxed to keep the error small).
+        existing: Box<ResumeClaim>,
     },
     /// The writer thread is gone (the process is shutting down).
     #[error("journal writer stopped")]

@@ -7,6 +7,7 @@ use berth_runtime::event::EventRecord;
 use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
 use berth_runtime::ids::{EventId, SessionId};
+use berth_runtime::suspension::{ResumeClaim, Suspension};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot};
@@ -14,7 +15,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::batch::Batch;
 use crate::error::StorageError;
 use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
-use crate::tables::{CHECKPOINTS, EVENTS, FRAMES, OPEN_TURNS, SESSIONS, TRANSCRIPTS};
+use crate::tables::{
+    CHECKPOINTS, EVENTS, FRAMES, OPEN_TURNS, RESUME_CLAIMS, SESSIONS, SUSPENSIONS, TRANSCRIPTS,
+};
 use crate::writer::{self, Request};
 
 /// How the journal commits.
@@ -89,7 +92,7 @@ impl Journal {
         })?;
         // Create every table so reads never meet a missing one.
         let txn = db.begin_write().map_err(|e| open_err(e.to_string()))?;
-        for table in [SESSIONS, FRAMES, OPEN_TURNS] {
+        for table in [SESSIONS, FRAMES, OPEN_TURNS, SUSPENSIONS, RESUME_CLAIMS] {
             txn.open_table(table).map_err(|e| open_err(e.to_string()))?;
         }
         for table in [EVENTS, TRANSCRIPTS, CHECKPOINTS] {
@@ -115,6 +118,9 @@ impl Journal {
     ///
     /// # Errors
     /// [`StorageError`] when the commit failed: nothing of the batch was written.
+    /// In particular [`StorageError::Fenced`] for a [fenced](Batch::fenced_by_turn)
+    /// batch whose turn is no longer open, and [`StorageError::AlreadyClaimed`]
+    /// for a batch whose [claim](Batch::claim) lost to an earlier one.
     pub async fn commit(&self, batch: Batch) -> Result<Vec<EventId>, StorageError> {
         if batch.is_empty() {
             return Ok(Vec::new());
@@ -306,5 +312,38 @@ impl Journal {
             out.push(decode("open_turns", k.value(), v.value())?);
         }
         Ok(out)
+    }
+
+    /// The session's suspension, if it is parked. Reads committed state only.
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn suspension(&self, id: &SessionId) -> Result<Option<Suspension>, StorageError> {
+        self.get(SUSPENSIONS, "suspensions", id.as_str())
+    }
+
+    /// Every stored suspension, in session id order (the parked sessions to
+    /// restore at start-up and to schedule).
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn suspensions(&self) -> Result<Vec<Suspension>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(SUSPENSIONS)?;
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            out.push(decode("suspensions", k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// The claim on suspension `handle`, if one was committed (the handle is
+    /// then used up). Reads committed state only.
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn resume_claim(&self, handle: &str) -> Result<Option<ResumeClaim>, StorageError> {
+        self.get(RESUME_CLAIMS, "resume_claims", handle)
     }
 }

@@ -1,7 +1,8 @@
 //! # berth-storage
 //!
 //! The journal: one redb file in the data directory holding every session's
-//! record, event log, latest frame, transcript and open-turn marker
+//! record, event log, latest frame, transcript, open-turn marker, checkpoints
+//! and suspension, plus the one-time resume claims on suspension handles
 //! (`DESIGN.md`, "The journal").
 //!
 //! Writes go through one writer thread that group-commits: it drains every
@@ -9,6 +10,12 @@
 //! and acknowledges each only after the commit returned ([`Journal::commit`]).
 //! Reads ([`Journal::session`], [`Journal::events`], …) use their own read
 //! transactions and never wait for the writer.
+//!
+//! A batch can carry preconditions checked inside the writer's transaction,
+//! so they hold against every other commit, including those of the same group:
+//! a turn fence ([`Batch::fenced_by_turn`]) and a claim on a suspension handle
+//! ([`Batch::claim`]) that at most one batch ever wins. A batch whose
+//! precondition fails writes nothing.
 //!
 //! Crash guarantee: a batch whose `commit` returned `Ok` survives SIGKILL of the
 //! process (tested in `tests/kill_writer.rs`); a batch that did not return is

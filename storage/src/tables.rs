@@ -16,3 +16,10 @@ pub const TRANSCRIPTS: TableDefinition<(&str, u64), &[u8]> =
 pub const OPEN_TURNS: TableDefinition<&str, &[u8]> = TableDefinition::new("open_turns");
 /// (session id, seq) → [`TurnCheckpoint`](crate::TurnCheckpoint).
 pub const CHECKPOINTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("checkpoints");
+/// session id → its [`Suspension`](berth_runtime::suspension::Suspension); at
+/// most one per session, deleted when the suspension is used up.
+pub const SUSPENSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("suspensions");
+/// suspension handle → the one-time [`ResumeClaim`](berth_runtime::suspension::ResumeClaim)
+/// on it; written only through [`Batch::claim`](crate::Batch::claim) and never
+/// overwritten.
+pub const RESUME_CLAIMS: TableDefinition<&str, &[u8]> = TableDefinition::new("resume_claims");

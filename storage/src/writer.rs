@@ -13,10 +13,14 @@ use std::sync::Arc;
 use redb::{Database, ReadableTable, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::batch::{Batch, Op};
+use berth_runtime::suspension::ResumeClaim;
+
+use crate::batch::{Batch, Op, PendingClaim};
 use crate::error::StorageError;
 use crate::records::OpenTurn;
-use crate::tables::{CHECKPOINTS, EVENTS, FRAMES, OPEN_TURNS, SESSIONS, TRANSCRIPTS};
+use crate::tables::{
+    CHECKPOINTS, EVENTS, FRAMES, OPEN_TURNS, RESUME_CLAIMS, SESSIONS, SUSPENSIONS, TRANSCRIPTS,
+};
 
 /// Most requests folded into one transaction.
 pub(crate) const MAX_GROUP: usize = 1024;
@@ -96,9 +100,54 @@ fn fence_holds(
     Ok(open.turn_id.as_str() == turn)
 }
 
+/// The claim already stored on the handle a batch wants to claim, if any. Reads
+/// through the group's write transaction, so it sees claims inserted by earlier
+/// batches of the same group.
+fn existing_claim(
+    resume_claims: &redb::Table<&str, &[u8]>,
+    handle: &str,
+) -> Result<Option<ResumeClaim>, StorageError> {
+    let Some(stored) = resume_claims.get(handle)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(stored.value())
+        .map(Some)
+        .map_err(|e| StorageError::Corrupt {
+            table: "resume_claims",
+            key: handle.to_owned(),
+            message: e.to_string(),
+        })
+}
+
+/// Checks a batch's preconditions (its fence, then its claim) without writing;
+/// `Some` is the refusal of a batch that must write nothing.
+fn refusal(
+    batch: &Batch,
+    open_turns: &redb::Table<&str, &[u8]>,
+    resume_claims: &redb::Table<&str, &[u8]>,
+) -> Result<Option<StorageError>, StorageError> {
+    if let Some((session, turn)) = &batch.fence {
+        if !fence_holds(open_turns, session, turn)? {
+            return Ok(Some(StorageError::Fenced {
+                session_id: session.clone(),
+                turn_id: turn.clone(),
+            }));
+        }
+    }
+    if let Some(PendingClaim { handle, .. }) = &batch.claim {
+        if let Some(existing) = existing_claim(resume_claims, handle)? {
+            return Ok(Some(StorageError::AlreadyClaimed {
+                handle: handle.clone(),
+                existing: Box::new(existing),
+            }));
+        }
+    }
+    Ok(None)
+}
+
 /// Applies every request's ops; returns, per request, the event ids assigned or
-/// the refusal of a fenced batch (which then wrote nothing). A storage error
-/// fails the whole group.
+/// the refusal of a fenced or already-claimed batch (which then wrote nothing).
+/// A storage error fails the whole group.
 fn apply_all(
     txn: &WriteTransaction,
     group: &[Request],
@@ -109,18 +158,18 @@ fn apply_all(
     let mut transcripts = txn.open_table(TRANSCRIPTS)?;
     let mut open_turns = txn.open_table(OPEN_TURNS)?;
     let mut checkpoints = txn.open_table(CHECKPOINTS)?;
+    let mut suspensions = txn.open_table(SUSPENSIONS)?;
+    let mut resume_claims = txn.open_table(RESUME_CLAIMS)?;
     // Last event id per session, as of this transaction.
     let mut last: HashMap<&str, u64> = HashMap::new();
     let mut out = Vec::with_capacity(group.len());
     for request in group {
-        if let Some((session, turn)) = &request.batch.fence {
-            if !fence_holds(&open_turns, session, turn)? {
-                out.push(Err(StorageError::Fenced {
-                    session_id: session.clone(),
-                    turn_id: turn.clone(),
-                }));
-                continue;
-            }
+        if let Some(refused) = refusal(&request.batch, &open_turns, &resume_claims)? {
+            out.push(Err(refused));
+            continue;
+        }
+        if let Some(PendingClaim { handle, value }) = &request.batch.claim {
+            resume_claims.insert(handle.as_str(), value.as_slice())?;
         }
         let mut ids = Vec::new();
         for op in &request.batch.ops {
@@ -171,9 +220,81 @@ fn apply_all(
                     transcripts
                         .retain_in((id.as_str(), *from)..=(id.as_str(), u64::MAX), |_, _| false)?;
                 }
+                Op::PutSuspension { id, value } => {
+                    suspensions.insert(id.as_str(), value.as_slice())?;
+                }
+                Op::DeleteSuspension { id } => {
+                    suspensions.remove(id.as_str())?;
+                }
             }
         }
         out.push(Ok(ids));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use berth_runtime::ids::SessionId;
+    use berth_runtime::suspension::{ResumeClaim, ResumeClaimKind, Suspension};
+    use redb::ReadableDatabase;
+
+    use super::*;
+
+    fn claim(actor: &str) -> ResumeClaim {
+        ResumeClaim {
+            handle: "susp_1".into(),
+            session_id: SessionId::from("s"),
+            kind: ResumeClaimKind::Resumed,
+            cause: None,
+            actor: actor.into(),
+            claimed_at: chrono::DateTime::from_timestamp_millis(0).unwrap(),
+        }
+    }
+
+    fn request(batch: Batch) -> Request {
+        Request {
+            batch,
+            ack: oneshot::channel().0,
+        }
+    }
+
+    /// Two batches claiming one handle in the same group commit: the second
+    /// sees the first's insert through the shared write transaction.
+    #[test]
+    fn the_second_claim_in_one_group_loses_to_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("j.redb")).unwrap();
+        let sid = SessionId::from("s");
+        let parked: Suspension = serde_json::from_value(serde_json::json!({
+            "handle": "susp_1", "session_id": "s", "initiator": "client",
+            "actor": "c", "mode": "finish_step", "suspended_at": "2024-01-01T00:00:00Z"
+        }))
+        .unwrap();
+        let group = [
+            request(Batch::new().put_suspension(&parked)),
+            request(Batch::new().claim(&claim("first")).delete_suspension(&sid)),
+            request(Batch::new().claim(&claim("second")).put_suspension(&parked)),
+        ];
+        let txn = db.begin_write().unwrap();
+        let outcomes = apply_all(&txn, &group).unwrap();
+        txn.commit().unwrap();
+
+        assert!(outcomes[0].is_ok() && outcomes[1].is_ok());
+        match &outcomes[2] {
+            Err(StorageError::AlreadyClaimed { handle, existing }) => {
+                assert_eq!(handle, "susp_1");
+                assert_eq!(**existing, claim("first"));
+            }
+            other => panic!("expected AlreadyClaimed, got {other:?}"),
+        }
+        let read = db.begin_read().unwrap();
+        let stored = read.open_table(RESUME_CLAIMS).unwrap();
+        let stored: ResumeClaim =
+            serde_json::from_slice(stored.get("susp_1").unwrap().unwrap().value()).unwrap();
+        assert_eq!(stored, claim("first"));
+        // The loser's put_suspension did not land: the winner's delete stands.
+        let suspensions = read.open_table(SUSPENSIONS).unwrap();
+        assert!(suspensions.get("s").unwrap().is_none());
+    }
 }

@@ -5,13 +5,17 @@
 //! the child appends from many concurrent sessions and prints `ack <session>
 //! <event id>` only after `commit` returned; the parent kills it with SIGKILL
 //! while appends are in flight and then reopens the journal.
+//!
+//! `claims_survive_sigkill_once_each` does the same with suspend/resume rounds
+//! whose resumes race on one handle (`BERTH_KILL_CLAIM_DIR`).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::ids::SessionId;
-use berth_storage::{Batch, Journal, JournalOptions};
+use berth_runtime::suspension::{Initiator, ResumeClaim, ResumeClaimKind, SuspendMode, Suspension};
+use berth_storage::{Batch, Journal, JournalOptions, StorageError};
 
 const SESSIONS: usize = 16;
 
@@ -129,5 +133,200 @@ fn acked_appends_survive_sigkill() {
     assert!(
         acked.len() > 1,
         "appends from several sessions were in flight"
+    );
+}
+
+/// Sessions suspending and resuming concurrently in the claim child.
+const CLAIM_SESSIONS: usize = 4;
+/// Resumes racing for each handle.
+const CONTENDERS: usize = 8;
+
+fn parked(sid: &SessionId, handle: &str) -> Suspension {
+    Suspension {
+        handle: handle.to_owned(),
+        session_id: sid.clone(),
+        reason: None,
+        initiator: Initiator::Client,
+        actor: "client".into(),
+        mode: SuspendMode::FinishStep,
+        resume_when: None,
+        summary: None,
+        suspended_at: chrono::DateTime::from_timestamp_millis(0).unwrap_or_default(),
+        frame: None,
+        turn_id: None,
+        parent_session_id: None,
+        span_links: vec![],
+    }
+}
+
+/// The child half of `claims_survive_sigkill_once_each`: each session loops
+/// suspend (row + `suspended <h>` event), then `CONTENDERS` concurrent resumes
+/// of `<h>`, each a batch claim + delete row + `resumed <h> <actor>` event.
+/// Prints `won <session> <h> <actor>` after a resume's commit returned.
+#[test]
+fn claim_child() {
+    let Ok(dir) = std::env::var("BERTH_KILL_CLAIM_DIR") else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let journal = Journal::open(
+            &std::path::Path::new(&dir).join("journal.redb"),
+            JournalOptions::default(),
+        )
+        .unwrap();
+        let mut sessions = Vec::new();
+        for s in 0..CLAIM_SESSIONS {
+            let journal = journal.clone();
+            sessions.push(tokio::spawn(async move {
+                let sid = SessionId(format!("sess_{s}"));
+                for n in 0u64.. {
+                    let handle = format!("susp_{s}_{n}");
+                    journal
+                        .commit(
+                            Batch::new()
+                                .put_suspension(&parked(&sid, &handle))
+                                .append(&sid, &record(format!("suspended {handle}"))),
+                        )
+                        .await
+                        .unwrap();
+                    let contenders: Vec<_> = (0..CONTENDERS)
+                        .map(|c| {
+                            let (journal, sid, handle) =
+                                (journal.clone(), sid.clone(), handle.clone());
+                            tokio::spawn(async move {
+                                let actor = format!("c{c}");
+                                let claim = ResumeClaim {
+                                    handle: handle.clone(),
+                                    session_id: sid.clone(),
+                                    kind: ResumeClaimKind::Resumed,
+                                    cause: None,
+                                    actor: actor.clone(),
+                                    claimed_at: chrono::DateTime::from_timestamp_millis(0)
+                                        .unwrap_or_default(),
+                                };
+                                let result = journal
+                                    .commit(
+                                        Batch::new().claim(&claim).delete_suspension(&sid).append(
+                                            &sid,
+                                            &record(format!("resumed {handle} {actor}")),
+                                        ),
+                                    )
+                                    .await;
+                                match result {
+                                    Ok(_) => {
+                                        println!("won {sid} {handle} {actor}");
+                                        true
+                                    }
+                                    Err(StorageError::AlreadyClaimed { .. }) => false,
+                                    Err(e) => panic!("{e}"),
+                                }
+                            })
+                        })
+                        .collect();
+                    let mut wins = 0;
+                    for c in contenders {
+                        wins += usize::from(c.await.unwrap());
+                    }
+                    assert_eq!(wins, 1, "{handle}");
+                }
+            }));
+        }
+        for s in sessions {
+            s.await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn claims_survive_sigkill_once_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "claim_child", "--nocapture", "--test-threads=1"])
+        .env("BERTH_KILL_CLAIM_DIR", dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // handle -> (session, winning actor), as acknowledged by the child.
+    let mut won: std::collections::HashMap<String, (String, String)> = Default::default();
+    let mut record_win = |line: &str| {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        if let ["won", sid, handle, actor] = parts[..] {
+            let previous = won.insert(handle.to_owned(), (sid.to_owned(), actor.to_owned()));
+            assert!(previous.is_none(), "{handle} acknowledged twice");
+        }
+    };
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = 0;
+    while seen < 400 {
+        let line = lines.next().expect("child ended early").unwrap();
+        if line.starts_with("won ") {
+            record_win(&line);
+            seen += 1;
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    for line in lines.map_while(Result::ok) {
+        record_win(&line);
+    }
+    child.wait().unwrap();
+
+    let journal =
+        Journal::open(&dir.path().join("journal.redb"), JournalOptions::default()).unwrap();
+    // Every acknowledged resume holds its claim.
+    for (handle, (_, actor)) in &won {
+        let claim = journal.resume_claim(handle).unwrap();
+        assert_eq!(claim.map(|c| c.actor), Some(actor.clone()), "{handle}");
+    }
+    for s in 0..CLAIM_SESSIONS {
+        let sid = SessionId(format!("sess_{s}"));
+        let texts: Vec<String> = journal
+            .events(&sid, 0)
+            .unwrap()
+            .into_iter()
+            .map(|(_, rec)| match rec.event {
+                SessionEvent::AgentMessageChunk { text } => text,
+                _ => panic!("wrong event"),
+            })
+            .collect();
+        // The log alternates suspended/resumed, one resume per handle, and each
+        // resume event matches the stored claim (they committed together).
+        for (n, pair) in texts.chunks(2).enumerate() {
+            let handle = format!("susp_{s}_{n}");
+            assert_eq!(pair[0], format!("suspended {handle}"));
+            match pair.get(1) {
+                Some(resumed) => {
+                    let claim = journal.resume_claim(&handle).unwrap().expect("claim");
+                    assert_eq!(resumed, &format!("resumed {handle} {}", claim.actor));
+                }
+                // Killed between suspend and resume: still parked, unclaimed.
+                None => {
+                    assert_eq!(
+                        journal.suspension(&sid).unwrap().map(|p| p.handle),
+                        Some(handle.clone())
+                    );
+                    assert!(journal.resume_claim(&handle).unwrap().is_none());
+                }
+            }
+        }
+        if texts.len().is_multiple_of(2) {
+            // Last round resumed (or none began): no row, next handle unclaimed.
+            assert!(journal.suspension(&sid).unwrap().is_none(), "{sid}");
+            let next = format!("susp_{s}_{}", texts.len() / 2);
+            assert!(journal.resume_claim(&next).unwrap().is_none(), "{next}");
+        }
+    }
+    assert!(
+        won.values()
+            .map(|(sid, _)| sid)
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            > 1,
+        "resumes from several sessions were in flight"
     );
 }
