@@ -2,7 +2,23 @@
 
 use berth_runtime::ids::{SessionId, TurnId};
 use berth_runtime::steering::InjectionConflict;
+use berth_runtime::engine::ResumeRefusal;
+use berth_runtime::suspension::ResumeClaim;
 use berth_storage::StorageError;
+
+/// Why a resume claim was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ResumeConflict {
+    /// The handle was already used up (resumed, cancelled by close, or failed).
+    #[error("handle already used ({})", serde_json::to_value(.claim.kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())]
+    AlreadyResumed {
+        /// The claim that won.
+        claim: Box<ResumeClaim>,
+    },
+    /// The session is not suspended (and the handle, if given, is unknown).
+    #[error("the session is not suspended")]
+    NotSuspended,
+}
 
 /// Why a control was refused or failed. A refused control changed nothing.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -49,6 +65,36 @@ pub enum ControlError {
         field: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// The control cannot run on a suspended session (a prompt, a rollback);
+    /// resume it first.
+    #[error("session {session_id} is suspended (handle {handle}); resume it first")]
+    SessionSuspended {
+        /// The session.
+        session_id: SessionId,
+        /// The suspension's handle.
+        handle: String,
+    },
+    /// A resume found nothing to claim (RFC: "the losers get a typed error").
+    #[error("cannot resume session {session_id}: {reason}")]
+    ResumeConflict {
+        /// The session.
+        session_id: SessionId,
+        /// The handle asked for, or the current one.
+        handle: Option<String>,
+        /// Why.
+        reason: ResumeConflict,
+    },
+    /// The suspended turn cannot continue under the current history or
+    /// configuration; checked before the claim, which stays untaken.
+    #[error("cannot resume session {session_id}: {refusal}")]
+    ResumeRefused {
+        /// The session.
+        session_id: SessionId,
+        /// The handle.
+        handle: String,
+        /// The engine's refusal.
+        refusal: ResumeRefusal,
     },
     /// The journal failed; nothing was acknowledged.
     #[error(transparent)]

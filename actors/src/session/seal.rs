@@ -180,3 +180,67 @@ pub async fn seal_open_turn(
     tracing::warn!(session_id = %session_id, turn_id = %open.turn_id, "sealed a turn left open");
     Ok(ids.last().copied())
 }
+
+/// What ends a parked turn that will not continue (`session/close` while
+/// suspended, or a resume with `continueTranscript: false`): its settled tool
+/// results and an error result for every call that will never run enter the
+/// transcript, its suspended and unstarted calls get a `failed` update, and a
+/// `turn_ended` with `terminal` and a turn checkpoint are written. `record`
+/// gets the new checkpoint head; the caller commits the batch with it.
+/// Returns the writes, the events and the transcript messages appended.
+pub(crate) fn seal_parked(
+    record: &mut berth_storage::SessionRecord,
+    transcript_len: u64,
+    frame: &berth_runtime::frame::Frame,
+    terminal: Terminal,
+    why: &str,
+) -> (Batch, Vec<SessionEvent>, Vec<Message>) {
+    use berth_runtime::frame::ToolOutcomeStatus;
+    let session_id = record.session_id.clone();
+    let mut messages = frame.turn_messages.clone();
+    let mut events = Vec::new();
+    for outcome in &frame.tool_outcomes {
+        if outcome.status == ToolOutcomeStatus::Suspended {
+            continue;
+        }
+        messages.push(Message::Tool {
+            tool_call_id: outcome.call.id.clone(),
+            content: outcome.content.clone(),
+            is_error: outcome.status != ToolOutcomeStatus::Completed,
+        });
+    }
+    let never_run = frame
+        .tool_outcomes
+        .iter()
+        .filter(|o| o.status == ToolOutcomeStatus::Suspended)
+        .map(|o| &o.call)
+        .chain(&frame.unstarted_calls);
+    for call in never_run {
+        events.push(SessionEvent::ToolCallUpdate {
+            tool_call_id: call.id.clone(),
+            status: ToolCallStatus::Failed,
+            raw_output: Some(json!({"dispatched": false, "reason": why})),
+            content: Some(why.to_owned()),
+        });
+    }
+    let messages = close_open_tool_calls(messages, why);
+    events.push(SessionEvent::TurnEnded {
+        turn_id: frame.turn_id.clone(),
+        stop_reason: terminal.stop_reason(),
+        terminal,
+        usage: frame.accounting.usage,
+    });
+    record.checkpoint_head += 1;
+    let checkpoint = TurnCheckpoint {
+        checkpoint_id: frame.turn_id.0.clone(),
+        before_message_count: transcript_len,
+        after_message_count: transcript_len + messages.len() as u64,
+        messages: messages.clone(),
+        files: frame.file_changes.clone(),
+    };
+    let batch = Batch::new()
+        .delete_checkpoints_from(&session_id, record.checkpoint_head)
+        .put_checkpoint(&session_id, record.checkpoint_head, &checkpoint)
+        .append_transcript(&session_id, transcript_len, &messages);
+    (batch, events, messages)
+}

@@ -1,38 +1,75 @@
-//! `session/prompt`: start a turn, and seal it when it finishes.
+//! `session/prompt`: start a turn, and seal (or park) it when it leaves the
+//! engine. Resumed turns (`session/resume`) start through the same path.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use berth_runtime::content::Prompt;
-use berth_runtime::engine::{run_turn, TurnControl, TurnDeps, TurnOutcome, TurnSpec};
+use berth_runtime::engine::{
+    resume_turn, run_turn, TurnControl, TurnDeps, TurnExit, TurnOutcome, TurnSpec,
+};
 use berth_runtime::event::{EventRecord, SessionEvent};
-use berth_runtime::history::Message;
+use berth_runtime::frame::Frame;
+use berth_runtime::history::{Message, Transcript};
 use berth_runtime::ids::TurnId;
 use berth_runtime::terminal::{Terminal, TerminalKind};
+use berth_runtime::tools::ResumeInput;
 use berth_storage::{Batch, OpenTurn, TurnCheckpoint};
 use futures::FutureExt;
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use super::super::sink::JournalSink;
 use super::super::{RunningTurn, SessionMsg, SessionState};
+use super::suspend;
 use crate::error::ControlError;
 use crate::node::PromptOutcome;
 
 /// Longest title derived from a first prompt (characters).
 const TITLE_CHARS: usize = 80;
 
-/// Accepts a prompt: journals `turn_started` and the open-turn marker (durable),
-/// then runs the turn as a task owned by the actor. The reply is held until
-/// [`finish`] seals the turn. Refuses with `SessionClosed` / `PromptActive`.
+/// Where a prompt's answer goes (none for a turn a resume started).
+pub(crate) type PromptReply = RpcReplyPort<Result<PromptOutcome, ControlError>>;
+
+/// What a turn task runs.
+pub(crate) enum Run {
+    /// A fresh turn on a prompt.
+    Fresh,
+    /// A parked turn continued from its frame.
+    Resume {
+        /// The frame.
+        frame: Box<Frame>,
+        /// What the resume feeds the waitpoint.
+        input: ResumeInput,
+    },
+}
+
+/// Writes that must land atomically with a turn's start (a resume claim, the
+/// seal of the turn it supersedes), and the transcript messages they append.
+#[derive(Default)]
+pub(crate) struct Prelude {
+    pub batch: Batch,
+    pub events: Vec<SessionEvent>,
+    pub transcript: Vec<Message>,
+}
+
+/// Accepts a prompt. Refuses with `SessionClosed` / `SessionSuspended` /
+/// `PromptActive`; otherwise see [`begin`].
 pub(crate) async fn start(
     myself: &ActorRef<SessionMsg>,
     state: &mut SessionState,
     prompt: Prompt,
-    reply: RpcReplyPort<Result<PromptOutcome, ControlError>>,
+    reply: PromptReply,
 ) -> Result<(), ActorProcessingErr> {
     let session_id = state.record.session_id.clone();
     if state.record.closed_at.is_some() {
         let _ = reply.send(Err(ControlError::SessionClosed { session_id }));
+        return Ok(());
+    }
+    if let Some(suspension) = &state.suspension {
+        let _ = reply.send(Err(ControlError::SessionSuspended {
+            session_id,
+            handle: suspension.handle.clone(),
+        }));
         return Ok(());
     }
     if let Some(turn) = &state.turn {
@@ -42,7 +79,29 @@ pub(crate) async fn start(
         }));
         return Ok(());
     }
+    if let Err((e, reply)) = begin(myself, state, prompt, Some(reply), Prelude::default()).await {
+        if let Some(reply) = reply {
+            let _ = reply.send(Err(e));
+        }
+    }
+    Ok(())
+}
+
+/// Starts a fresh turn: journals `turn_started` and the open-turn marker
+/// (with `prelude`'s writes, atomically; durable), then runs the turn as a
+/// task owned by the actor. The reply is held until [`finish`].
+///
+/// # Errors
+/// The journal's error, with the reply handed back; nothing was written.
+pub(crate) async fn begin(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    prompt: Prompt,
+    reply: Option<PromptReply>,
+    prelude: Prelude,
+) -> Result<TurnId, (ControlError, Option<PromptReply>)> {
     let env = Arc::clone(&state.env);
+    let session_id = state.record.session_id.clone();
     let now = env.config.clock.now();
     let turn_id = TurnId(env.config.ids.new_id("turn"));
     let prompt_text = prompt.to_model_text();
@@ -58,44 +117,68 @@ pub(crate) async fn start(
             .collect();
         record.title = Some(first_line).filter(|t| !t.trim().is_empty());
     }
-    let started = EventRecord {
+    let mut events: Vec<EventRecord> = prelude
+        .events
+        .into_iter()
+        .map(|event| EventRecord { at: now, event })
+        .collect();
+    events.push(EventRecord {
         at: now,
         event: SessionEvent::TurnStarted {
             turn_id: turn_id.clone(),
             prompt: prompt.clone(),
         },
-    };
+    });
     let open = OpenTurn {
         session_id: session_id.clone(),
         turn_id: turn_id.clone(),
         started_at: now,
         prompt_text,
     };
-    let batch = Batch::new()
-        .put_session(&record)
-        .append(&session_id, &started)
+    let batch = events
+        .iter()
+        .fold(prelude.batch.put_session(&record), |b, e| {
+            b.append(&session_id, e)
+        })
         .open_turn(&open);
     let ids = match env.journal.commit(batch).await {
         Ok(ids) => ids,
-        Err(e) => {
-            let _ = reply.send(Err(e.into()));
-            return Ok(());
-        }
+        Err(e) => return Err((e.into(), reply)),
     };
     state.record = record;
-    let started = Arc::new(started);
+    state.transcript.extend(prelude.transcript);
     state.watchers.publish(
         &session_id,
-        ids.into_iter().map(|id| (id, Arc::clone(&started))),
+        ids.into_iter().zip(events.into_iter().map(Arc::new)),
     );
+    spawn(myself, state, turn_id.clone(), prompt, Run::Fresh, reply);
+    Ok(turn_id)
+}
 
-    let control = Arc::new(TurnControl::default());
+/// The transcript the model reads: from the session's context start on.
+pub(crate) fn model_history(state: &SessionState) -> Transcript {
+    let from = usize::try_from(state.record.context_from).unwrap_or(usize::MAX);
+    if from == 0 {
+        return state.transcript.clone();
+    }
+    let messages = state.transcript.messages();
+    Transcript::from_messages(messages.get(from..).unwrap_or_default().to_vec())
+}
+
+/// The spec and dependencies a turn of this session runs with.
+pub(crate) fn turn_setup(
+    state: &SessionState,
+    turn_id: TurnId,
+    prompt: Prompt,
+    control: &Arc<TurnControl>,
+) -> (TurnSpec, TurnDeps) {
+    let env = &state.env;
     let spec = TurnSpec {
-        session_id: session_id.clone(),
-        turn_id: turn_id.clone(),
+        session_id: state.record.session_id.clone(),
+        turn_id,
         cwd: state.record.cwd.clone(),
         additional_directories: state.record.additional_directories.clone(),
-        history: state.transcript.clone(),
+        history: model_history(state),
         prompt,
         max_model_calls: env.config.max_model_calls,
     };
@@ -103,42 +186,61 @@ pub(crate) async fn start(
         model: Arc::clone(&env.config.model),
         tools: env.config.tools.clone(),
         processes: Arc::clone(&state.processes),
-        control: Arc::clone(&control),
+        control: Arc::clone(control),
         judge: env.config.completion_judge.clone(),
         needs_approval: env.config.needs_approval.clone(),
     };
+    (spec, deps)
+}
+
+/// Runs `run` as a task owned by the actor; it reports back with
+/// [`SessionMsg::TurnFinished`].
+pub(crate) fn spawn(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    turn_id: TurnId,
+    prompt: Prompt,
+    run: Run,
+    reply: Option<PromptReply>,
+) {
+    let control = Arc::new(TurnControl::default());
+    let (spec, deps) = turn_setup(state, turn_id.clone(), prompt, &control);
     let sink = JournalSink {
-        env,
-        session_id,
+        env: Arc::clone(&state.env),
+        session_id: state.record.session_id.clone(),
         turn_id: turn_id.clone(),
         watchers: Arc::clone(&state.watchers),
     };
     let actor = myself.clone();
     let finished_id = turn_id.clone();
     let task = tokio::spawn(async move {
+        let running = async {
+            match run {
+                Run::Fresh => run_turn(&spec, &deps, &sink).await,
+                Run::Resume { frame, input } => {
+                    resume_turn(&spec, &deps, &sink, *frame, &input).await
+                }
+            }
+        };
         // A panic inside the turn (a tool, a provider) must still seal the turn.
-        let outcome = match AssertUnwindSafe(run_turn(&spec, &deps, &sink))
-            .catch_unwind()
-            .await
-        {
-            Ok(outcome) => outcome,
-            Err(panic) => panicked_turn(&spec, panic.as_ref()),
+        let exit = match AssertUnwindSafe(running).catch_unwind().await {
+            Ok(exit) => exit,
+            Err(panic) => TurnExit::Ended(panicked_turn(&spec, panic.as_ref())),
         };
         // Release the turn's share of the transcript before the actor extends it.
         drop((spec, deps, sink));
         // If the actor is gone, its successor seals the turn from the journal.
         let _ = actor.send_message(SessionMsg::TurnFinished {
             turn_id: finished_id,
-            outcome,
+            exit: Box::new(exit),
         });
     });
     state.turn = Some(RunningTurn {
         turn_id,
         control,
-        reply: Some(reply),
+        reply,
         task: task.abort_handle(),
     });
-    Ok(())
 }
 
 /// The outcome of a turn whose task panicked: an `internal_error` terminal
@@ -163,25 +265,46 @@ fn panicked_turn(spec: &TurnSpec, panic: &(dyn std::any::Any + Send)) -> TurnOut
     }
 }
 
-/// Seals the finished turn: one durable batch with `turn_ended`, the new
-/// transcript, and the open-turn marker and frame removed; then answers the
-/// prompt and completes a close that was waiting for the turn.
+/// Handles a turn leaving the engine: a suspension is parked
+/// ([`suspend::park_turn`]), an ending is sealed ([`seal_ended`]). Then a
+/// close that was waiting for the turn completes.
 ///
 /// # Errors
 /// A journal failure fails the actor after answering the prompt with it; the
-/// supervisor restarts the actor, which seals the turn from the journal.
+/// supervisor restarts the actor, which seals (or parks) the turn from the
+/// journal.
 pub(crate) async fn finish(
     myself: &ActorRef<SessionMsg>,
     state: &mut SessionState,
     turn_id: TurnId,
-    outcome: TurnOutcome,
+    exit: TurnExit,
 ) -> Result<(), ActorProcessingErr> {
     if state.turn.as_ref().is_none_or(|t| t.turn_id != turn_id) {
         return Ok(());
     }
-    let Some(mut turn) = state.turn.take() else {
+    let Some(turn) = state.turn.take() else {
         return Ok(());
     };
+    match exit {
+        TurnExit::Ended(outcome) => seal_ended(state, turn, outcome).await?,
+        TurnExit::Suspended(suspended) => suspend::park_turn(state, turn, *suspended).await?,
+    }
+    if !state.pending_close.is_empty() {
+        super::close::finalize(myself, state).await?;
+    }
+    Ok(())
+}
+
+/// Seals an ended turn: one durable batch with `turn_ended`, the new
+/// transcript, the turn checkpoint, and the open-turn marker and frame
+/// removed — and, when a suspension was requested while it ran and it ended
+/// before a seam could park it (`wait_for_completion`, or the model ended the
+/// turn), the idle session parked in the same batch. Then answers the prompt.
+async fn seal_ended(
+    state: &mut SessionState,
+    mut turn: RunningTurn,
+    outcome: TurnOutcome,
+) -> Result<(), ActorProcessingErr> {
     let env = Arc::clone(&state.env);
     let session_id = state.record.session_id.clone();
     let now = env.config.clock.now();
@@ -190,46 +313,53 @@ pub(crate) async fn finish(
     let stop_reason = terminal.stop_reason();
     // Injections accepted after the turn's loop exited never reached it.
     let late = turn.control.steering().drain_all();
-    let mut events: Vec<EventRecord> = late
+    let mut events: Vec<SessionEvent> = late
         .into_iter()
-        .map(|injection| EventRecord {
-            at: now,
-            event: SessionEvent::InjectionDropped {
-                message_id: injection.message_id,
-                reason: "the turn ended before this message was delivered".into(),
-            },
+        .map(|injection| SessionEvent::InjectionDropped {
+            message_id: injection.message_id,
+            reason: "the turn ended before this message was delivered".into(),
         })
         .collect();
-    events.push(EventRecord {
-        at: now,
-        event: SessionEvent::TurnEnded {
-            turn_id: turn_id.clone(),
-            stop_reason,
-            terminal: terminal.clone(),
-            usage: outcome.usage,
-        },
+    events.push(SessionEvent::TurnEnded {
+        turn_id: turn.turn_id.clone(),
+        stop_reason,
+        terminal: terminal.clone(),
+        usage: outcome.usage,
     });
     // The turn's checkpoint; a new turn discards what was rolled back.
     let mut record = state.record.clone();
     record.updated_at = now;
     record.checkpoint_head += 1;
     let checkpoint = TurnCheckpoint {
-        checkpoint_id: turn_id.0.clone(),
+        checkpoint_id: turn.turn_id.0.clone(),
         before_message_count: start,
         after_message_count: start + outcome.turn_messages.len() as u64,
         messages: outcome.turn_messages.clone(),
         files: outcome.file_changes.clone(),
     };
-    let batch = events
-        .iter()
-        .fold(Batch::new().put_session(&record), |b, e| {
-            b.append(&session_id, e)
-        })
+    let mut batch = Batch::new()
         .delete_checkpoints_from(&session_id, record.checkpoint_head)
         .put_checkpoint(&session_id, record.checkpoint_head, &checkpoint)
         .append_transcript(&session_id, start, &outcome.turn_messages)
         .delete_frame(&session_id)
         .close_turn(&session_id);
+    // A close stops the turn and takes precedence over a pending suspension.
+    let parked = match record.suspend_request.take() {
+        Some(request) if state.pending_close.is_empty() => {
+            let suspension = suspend::envelope(state, &request, None, None, now);
+            batch = batch.put_suspension(&suspension);
+            events.extend(suspend::parked_events(state, &suspension, "session/suspend"));
+            Some(suspension)
+        }
+        _ => None,
+    };
+    let records: Vec<EventRecord> = events
+        .into_iter()
+        .map(|event| EventRecord { at: now, event })
+        .collect();
+    let batch = records
+        .iter()
+        .fold(batch.put_session(&record), |b, e| b.append(&session_id, e));
     match env.journal.commit(batch).await {
         Ok(ids) => {
             state.record = record;
@@ -237,26 +367,31 @@ pub(crate) async fn finish(
             state.last_control = Some(Arc::clone(&turn.control));
             state.watchers.publish(
                 &session_id,
-                ids.into_iter().zip(events.into_iter().map(Arc::new)),
+                ids.into_iter().zip(records.into_iter().map(Arc::new)),
             );
             if let Some(reply) = turn.reply.take() {
                 let _ = reply.send(Ok(PromptOutcome {
-                    turn_id,
+                    turn_id: turn.turn_id.clone(),
                     terminal,
                     stop_reason,
                     usage: outcome.usage,
+                    suspension_handle: None,
                 }));
             }
+            match parked {
+                Some(suspension) => suspend::parked(state, suspension),
+                None => suspend::fail_waiters(state, ControlError::SessionClosed {
+                    session_id: session_id.clone(),
+                }),
+            }
+            Ok(())
         }
         Err(e) => {
             if let Some(reply) = turn.reply.take() {
                 let _ = reply.send(Err(e.clone().into()));
             }
-            return Err(Box::new(e));
+            suspend::fail_waiters(state, e.clone().into());
+            Err(Box::new(e))
         }
     }
-    if !state.pending_close.is_empty() {
-        super::close::finalize(myself, state).await?;
-    }
-    Ok(())
 }

@@ -1,0 +1,369 @@
+//! `session/resume` with a suspension to wake (`seeds/acp-session-suspend-rfc.md`,
+//! "Resume path enrichment"; `seeds/execution-suspension.md`, admission claim).
+//!
+//! Resume is a one-time claim: the claim row, the removal of the envelope and
+//! whatever the resume starts (the parked turn reopened, or a fresh turn) are
+//! one storage transaction, and the journal refuses a second claim of the same
+//! handle. History/configuration fingerprints, the closed state and the handle
+//! are checked before the claim; nothing is retried implicitly.
+
+use std::sync::Arc;
+
+use berth_runtime::content::Prompt;
+use berth_runtime::engine::{check_resumable, TurnControl};
+use berth_runtime::event::{ControlStatus, EventRecord, SessionEvent};
+use berth_runtime::frame::Frame;
+use berth_runtime::history::Message;
+use berth_runtime::suspension::{ResumeClaim, ResumeClaimKind, Suspension};
+use berth_runtime::terminal::{Terminal, TerminalKind, TerminalOwner};
+use berth_runtime::tools::ResumeInput;
+use berth_storage::{Batch, OpenTurn, StorageError};
+use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::{json, Value};
+
+use super::super::receipt::{receipt, rejected};
+use super::super::seal::seal_parked;
+use super::super::{SessionMsg, SessionState};
+use super::prompt::{self, Prelude, Run};
+use crate::error::{ControlError, ResumeConflict};
+use crate::node::{ResumeOutcome, ResumeParams};
+
+const METHOD: &str = "session/resume";
+/// Longest quote of one message in a fresh-transcript digest (characters).
+const QUOTE_CHARS: usize = 400;
+
+/// Handles a resume claim. Answered (not returned): the outcome, or
+/// `SessionClosed`, `ResumeConflict` (`already_resumed` / `not_suspended`),
+/// `ResumeRefused` (fingerprints), `Storage`.
+pub(crate) async fn resume(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    params: ResumeParams,
+    reply: RpcReplyPort<Result<ResumeOutcome, ControlError>>,
+) -> Result<(), ActorProcessingErr> {
+    let answer = claim(myself, state, params).await;
+    let _ = reply.send(answer);
+    Ok(())
+}
+
+async fn claim(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    params: ResumeParams,
+) -> Result<ResumeOutcome, ControlError> {
+    let session_id = state.record.session_id.clone();
+    let suspension = match current(state, &params) {
+        Ok(suspension) => suspension,
+        Err(e) => return Err(refuse(state, &params, e).await),
+    };
+    let handle = suspension.handle.clone();
+    let now = state.env.config.clock.now();
+    let claim = ResumeClaim {
+        handle: handle.clone(),
+        session_id: session_id.clone(),
+        kind: ResumeClaimKind::Resumed,
+        cause: Some(params.cause),
+        actor: params.actor.clone(),
+        claimed_at: now,
+    };
+    let continue_transcript = params.continue_transcript;
+    let resumed = |turn_id| SessionEvent::Resumed {
+        handle: handle.clone(),
+        cause: params.cause,
+        had_resume_input: params.input.is_some(),
+        continue_transcript,
+        resumed_at: now,
+        turn_id,
+    };
+    let accepted = receipt(
+        state,
+        METHOD,
+        &params.actor,
+        ControlStatus::Accepted,
+        "resumed",
+        json!({"sessionId": session_id, "handle": handle}),
+        None,
+    );
+    let prelude_batch = Batch::new()
+        .claim(&claim)
+        .delete_suspension(&session_id);
+    let outcome = |turn_id| ResumeOutcome {
+        handle: handle.clone(),
+        cause: params.cause,
+        resumed_at: now,
+        had_resume_input: params.input.is_some(),
+        continue_transcript,
+        turn_id,
+    };
+    match (suspension.frame.clone(), continue_transcript) {
+        // The parked turn continues where it stopped.
+        (Some(frame), true) => {
+            let prompt = first_prompt(&frame);
+            let control = Arc::new(TurnControl::default());
+            let (spec, deps) =
+                prompt::turn_setup(state, frame.turn_id.clone(), prompt.clone(), &control);
+            if let Err(refusal) = check_resumable(&frame, &spec, &deps) {
+                let e = ControlError::ResumeRefused {
+                    session_id: session_id.clone(),
+                    handle: handle.clone(),
+                    refusal,
+                };
+                return Err(refuse(state, &params, e).await);
+            }
+            let turn_id = frame.turn_id.clone();
+            let open = OpenTurn {
+                session_id: session_id.clone(),
+                turn_id: turn_id.clone(),
+                started_at: now,
+                prompt_text: prompt.to_model_text(),
+            };
+            let mut record = state.record.clone();
+            record.updated_at = now;
+            let events = vec![resumed(Some(turn_id.clone())), accepted];
+            let batch = prelude_batch
+                .put_session(&record)
+                .open_turn(&open)
+                .put_frame(&frame);
+            commit(state, batch, events).await.map_err(|e| conflict(&session_id, &handle, e))?;
+            state.record = record;
+            state.suspension = None;
+            let input = ResumeInput {
+                input: params.input.clone(),
+                cause: params.cause,
+            };
+            prompt::spawn(
+                myself,
+                state,
+                turn_id.clone(),
+                prompt,
+                Run::Resume {
+                    frame: Box::new(frame),
+                    input,
+                },
+                None,
+            );
+            Ok(outcome(Some(turn_id)))
+        }
+        // A fresh turn: the parked turn (if any) is sealed, the model's
+        // context restarts at a digest of what came before plus the input.
+        (frame, _) if frame.is_some() || params.input.is_some() => {
+            let mut record = state.record.clone();
+            let mut prelude = Prelude {
+                batch: prelude_batch,
+                events: vec![],
+                transcript: vec![],
+            };
+            if let Some(frame) = &frame {
+                let terminal = Terminal {
+                    kind: TerminalKind::Suspended,
+                    owner: TerminalOwner::User,
+                    reason: format!(
+                        "resumed with continueTranscript: false (handle {handle}); a fresh turn continues"
+                    ),
+                };
+                let (batch, events, messages) = seal_parked(
+                    &mut record,
+                    state.transcript.len() as u64,
+                    frame,
+                    terminal,
+                    "not run: the session was resumed with a fresh transcript",
+                );
+                prelude.batch = prelude.batch.merge(batch);
+                prelude.events = events;
+                prelude.transcript = messages;
+            }
+            let text = if continue_transcript {
+                input_text(params.input.as_ref())
+            } else {
+                record.context_from = state.transcript.len() as u64 + prelude.transcript.len() as u64;
+                let mut before: Vec<Message> = state
+                    .transcript
+                    .messages()
+                    .get(usize::try_from(state.record.context_from).unwrap_or(usize::MAX)..)
+                    .unwrap_or_default()
+                    .to_vec();
+                before.extend(prelude.transcript.iter().cloned());
+                digest(&suspension, &before, params.input.as_ref())
+            };
+            prelude.events.push(resumed(None));
+            prelude.events.push(accepted);
+            let saved = std::mem::replace(&mut state.record, record);
+            match prompt::begin(myself, state, Prompt::text(text), None, prelude).await {
+                Ok(turn_id) => {
+                    state.suspension = None;
+                    Ok(outcome(Some(turn_id)))
+                }
+                Err((e, _)) => {
+                    state.record = saved;
+                    Err(match e {
+                        ControlError::Storage(e) => conflict(&session_id, &handle, e),
+                        e => e,
+                    })
+                }
+            }
+        }
+        // An idle session with no input: it just wakes.
+        _ => {
+            let events = vec![resumed(None), accepted];
+            commit(state, prelude_batch, events)
+                .await
+                .map_err(|e| conflict(&session_id, &handle, e))?;
+            state.suspension = None;
+            Ok(outcome(None))
+        }
+    }
+}
+
+/// The suspension this resume may claim.
+fn current(state: &SessionState, params: &ResumeParams) -> Result<Suspension, ControlError> {
+    let session_id = state.record.session_id.clone();
+    let used_up = |handle: &str| -> Result<Option<ControlError>, ControlError> {
+        Ok(state.env.journal.resume_claim(handle)?.map(|claim| ControlError::ResumeConflict {
+            session_id: session_id.clone(),
+            handle: Some(handle.to_owned()),
+            reason: ResumeConflict::AlreadyResumed {
+                claim: Box::new(claim),
+            },
+        }))
+    };
+    let not_suspended = || ControlError::ResumeConflict {
+        session_id: session_id.clone(),
+        handle: params.handle.clone(),
+        reason: ResumeConflict::NotSuspended,
+    };
+    match (&state.suspension, &params.handle) {
+        (Some(s), None) => Ok(s.clone()),
+        (Some(s), Some(h)) if *h == s.handle => Ok(s.clone()),
+        (_, Some(h)) => Err(used_up(h)?.unwrap_or_else(not_suspended)),
+        (None, None) if state.record.closed_at.is_some() => Err(ControlError::SessionClosed {
+            session_id: session_id.clone(),
+        }),
+        (None, None) => Err(not_suspended()),
+    }
+}
+
+/// Journals the rejected receipt (best effort) and hands the error back.
+async fn refuse(state: &SessionState, params: &ResumeParams, error: ControlError) -> ControlError {
+    let reason = match &error {
+        ControlError::ResumeConflict {
+            reason: ResumeConflict::AlreadyResumed { .. },
+            ..
+        } => "already_resumed",
+        ControlError::ResumeConflict { .. } => "not_suspended",
+        ControlError::ResumeRefused { .. } => "resume_refused",
+        ControlError::SessionClosed { .. } => "session_closed",
+        _ => "rejected",
+    };
+    let target = json!({"sessionId": state.record.session_id, "handle": params.handle});
+    let r = rejected(state, METHOD, &params.actor, target, reason);
+    if let Err(e) = state.record(vec![r]).await {
+        tracing::warn!(error = %e, "could not journal a rejected resume's receipt");
+    }
+    error
+}
+
+/// Commits `batch` with `events` appended, publishing them once durable.
+async fn commit(
+    state: &SessionState,
+    batch: Batch,
+    events: Vec<SessionEvent>,
+) -> Result<(), StorageError> {
+    let now = state.env.config.clock.now();
+    let session_id = &state.record.session_id;
+    let records: Vec<EventRecord> = events
+        .into_iter()
+        .map(|event| EventRecord { at: now, event })
+        .collect();
+    let batch = records.iter().fold(batch, |b, r| b.append(session_id, r));
+    let ids = state.env.journal.commit(batch).await?;
+    state
+        .watchers
+        .publish(session_id, ids.into_iter().zip(records.into_iter().map(Arc::new)));
+    Ok(())
+}
+
+/// A lost claim race is a typed conflict, not a storage failure.
+fn conflict(
+    session_id: &berth_runtime::ids::SessionId,
+    handle: &str,
+    error: StorageError,
+) -> ControlError {
+    match error {
+        StorageError::AlreadyClaimed { existing, .. } => ControlError::ResumeConflict {
+            session_id: session_id.clone(),
+            handle: Some(handle.to_owned()),
+            reason: ResumeConflict::AlreadyResumed { claim: existing },
+        },
+        e => ControlError::Storage(e),
+    }
+}
+
+/// The prompt of a parked turn (its first user message).
+fn first_prompt(frame: &Frame) -> Prompt {
+    let text = frame
+        .turn_messages
+        .iter()
+        .find_map(|m| match m {
+            Message::User { text } => Some(text.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    Prompt::text(text)
+}
+
+fn input_text(input: Option<&Value>) -> String {
+    match input {
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
+}
+
+fn quote(text: &str) -> String {
+    let mut quoted: String = text.chars().take(QUOTE_CHARS).collect();
+    if quoted.len() < text.len() {
+        quoted.push('…');
+    }
+    quoted
+}
+
+/// The first message of a fresh-transcript resume: a digest of the context
+/// before the suspension (requests, the last answer, the tools used, the
+/// suspension's reason and summary) and the resume input.
+fn digest(suspension: &Suspension, before: &[Message], input: Option<&Value>) -> String {
+    let mut out = String::from(
+        "[resumed with a fresh transcript] Digest of this session before it was suspended:\n",
+    );
+    let requests: Vec<&str> = before
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    for text in requests.iter().rev().take(5).rev() {
+        out.push_str(&format!("- user asked: {}\n", quote(text)));
+    }
+    if let Some(last) = before.iter().rev().find_map(|m| match m {
+        Message::Assistant { text, .. } if !text.trim().is_empty() => Some(text.as_str()),
+        _ => None,
+    }) {
+        out.push_str(&format!("- last answer: {}\n", quote(last)));
+    }
+    let tools = before
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { .. }))
+        .count();
+    out.push_str(&format!("- tool results: {tools}\n"));
+    if let Some(reason) = &suspension.reason {
+        out.push_str(&format!("- suspended because: {}\n", quote(reason)));
+    }
+    if let Some(summary) = &suspension.summary {
+        out.push_str(&format!("- summary: {}\n", quote(summary)));
+    }
+    match input {
+        Some(input) => out.push_str(&format!("Resume input: {}", input_text(Some(input)))),
+        None => out.push_str("No resume input was given; continue the work."),
+    }
+    out
+}

@@ -1,0 +1,374 @@
+//! `session/suspend` and parking (`seeds/acp-session-suspend-rfc.md`;
+//! DESIGN.md, "Suspension and resumption").
+//!
+//! An idle session parks at once. A running one is asked through its turn's
+//! control block: the request is journaled first (`requested`, then
+//! `quiescing` while the turn settles its in-flight step), the engine parks at
+//! the seam the mode names and checkpoints its frame, and only then is the
+//! suspension — envelope, `suspended` event and receipt in one batch —
+//! committed and the suspend answered. A second suspend of a suspended
+//! session answers the existing handle (receipt `idempotent`).
+
+use std::sync::Arc;
+
+use berth_runtime::engine::ExecutionSuspended;
+use berth_runtime::event::{ControlStatus, EventRecord, SessionEvent};
+use berth_runtime::frame::{Frame, ToolOutcomeStatus};
+use berth_runtime::suspension::{Initiator, SuspendMode, SuspendRequest, Suspension};
+use berth_runtime::terminal::{StopReason, Terminal, TerminalKind, TerminalOwner};
+use berth_storage::Batch;
+use chrono::{DateTime, Utc};
+use ractor::{ActorProcessingErr, RpcReplyPort};
+use serde_json::json;
+
+use super::super::receipt::{receipt, rejected};
+use super::super::{RunningTurn, SessionState};
+use crate::error::ControlError;
+use crate::node::{PromptOutcome, SuspendOutcome, SuspendParams};
+
+/// Where a suspend's answer goes once the suspension is committed.
+pub(crate) type SuspendReply = RpcReplyPort<Result<SuspendOutcome, ControlError>>;
+
+const METHOD: &str = "session/suspend";
+
+/// Handles `session/suspend`.
+///
+/// # Errors
+/// Answered, not returned: `SessionClosed` for a closed session, `Storage`
+/// when the request cannot be journaled (nothing changed).
+pub(crate) async fn suspend(
+    state: &mut SessionState,
+    params: SuspendParams,
+    reply: SuspendReply,
+) -> Result<(), ActorProcessingErr> {
+    let session_id = state.record.session_id.clone();
+    let target = json!({"sessionId": session_id});
+    if state.record.closed_at.is_some() {
+        let r = rejected(state, METHOD, &params.actor, target, "session_closed");
+        let _ = state.record(vec![r]).await;
+        let _ = reply.send(Err(ControlError::SessionClosed { session_id }));
+        return Ok(());
+    }
+    if let Some(existing) = state.suspension.clone() {
+        let target = json!({"sessionId": session_id, "handle": existing.handle});
+        let r = receipt(
+            state,
+            METHOD,
+            &params.actor,
+            ControlStatus::Idempotent,
+            "already_suspended",
+            target,
+            None,
+        );
+        let answer = state
+            .record(vec![r])
+            .await
+            .map(|()| outcome(&existing, true));
+        let _ = reply.send(answer);
+        return Ok(());
+    }
+    let now = state.env.config.clock.now();
+    let Some(turn) = &state.turn else {
+        // Idle: park at once.
+        let request = request(state, &params, now);
+        let suspension = envelope(state, &request, None, None, now);
+        let events = parked_events(state, &suspension, METHOD);
+        let batch = Batch::new().put_suspension(&suspension);
+        match state.record_with(batch, events).await {
+            Ok(()) => {
+                state.suspension = Some(suspension.clone());
+                let _ = reply.send(Ok(outcome(&suspension, false)));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+        return Ok(());
+    };
+    let control = Arc::clone(&turn.control);
+    let mut record = state.record.clone();
+    let events = match record.suspend_request.as_mut() {
+        // Already quiescing: this request joins it (a stronger mode upgrades it).
+        Some(pending) => {
+            pending.mode = control.request_suspend(params.mode);
+            let target = json!({"sessionId": session_id, "handle": pending.handle});
+            vec![receipt(
+                state,
+                METHOD,
+                &params.actor,
+                ControlStatus::Idempotent,
+                "suspend_pending",
+                target,
+                Some(pending.mode.as_str()),
+            )]
+        }
+        None => {
+            let pending = request(state, &params, now);
+            let events = vec![
+                SessionEvent::SuspendRequested {
+                    handle: pending.handle.clone(),
+                    mode: pending.mode,
+                    initiator: pending.initiator,
+                    reason: pending.reason.clone(),
+                    resume_when: pending.resume_when.clone(),
+                    state: "quiescing".into(),
+                },
+                receipt(
+                    state,
+                    METHOD,
+                    &params.actor,
+                    ControlStatus::Accepted,
+                    "requested",
+                    json!({"sessionId": session_id, "handle": pending.handle}),
+                    Some(pending.mode.as_str()),
+                ),
+            ];
+            record.suspend_request = Some(pending);
+            events
+        }
+    };
+    record.updated_at = now;
+    // Durable before the turn hears of it: a crash while quiescing still
+    // completes the suspension at start-up.
+    match state
+        .record_with(Batch::new().put_session(&record), events)
+        .await
+    {
+        Ok(()) => {
+            if let Some(pending) = &record.suspend_request {
+                control.request_suspend(pending.mode);
+            }
+            state.record = record;
+            state.suspend_waiters.push(reply);
+        }
+        Err(e) => {
+            let _ = reply.send(Err(e));
+        }
+    }
+    Ok(())
+}
+
+fn request(state: &SessionState, params: &SuspendParams, now: DateTime<Utc>) -> SuspendRequest {
+    SuspendRequest {
+        handle: state.env.config.ids.new_id("susp"),
+        mode: params.mode,
+        initiator: params.initiator,
+        actor: params.actor.clone(),
+        reason: params.reason.clone(),
+        resume_when: params.resume_when.clone().filter(|c| !c.is_empty()),
+        requested_at: now,
+    }
+}
+
+/// The durable envelope for `request`, parking `frame` (or an idle session).
+pub(crate) fn envelope(
+    state: &SessionState,
+    request: &SuspendRequest,
+    frame: Option<Frame>,
+    summary: Option<String>,
+    now: DateTime<Utc>,
+) -> Suspension {
+    let summary = summary.or_else(|| Some(digest(frame.as_ref(), request.reason.as_deref())));
+    Suspension {
+        handle: request.handle.clone(),
+        session_id: state.record.session_id.clone(),
+        reason: request.reason.clone(),
+        initiator: request.initiator,
+        actor: request.actor.clone(),
+        mode: request.mode,
+        resume_when: request.resume_when.clone(),
+        summary,
+        suspended_at: now,
+        turn_id: frame.as_ref().map(|f| f.turn_id.clone()),
+        frame,
+        parent_session_id: state.record.parent_session_id.clone(),
+        span_links: Vec::new(),
+    }
+}
+
+/// A one-line account of where a parked turn stands (the response's `summary`).
+fn digest(frame: Option<&Frame>, reason: Option<&str>) -> String {
+    let why = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+    let Some(frame) = frame else {
+        return format!("parked while idle{why}; a resume with input starts a new turn");
+    };
+    let waiting = frame
+        .tool_outcomes
+        .iter()
+        .filter(|o| o.status == ToolOutcomeStatus::Suspended)
+        .count();
+    format!(
+        "parked{why} after {} model call(s); {} tool call(s) not started and {} waiting to continue run after resume",
+        frame.accounting.model_calls,
+        frame.unstarted_calls.len(),
+        waiting
+    )
+}
+
+/// The `suspended` event and its receipt.
+pub(crate) fn parked_events(
+    state: &SessionState,
+    suspension: &Suspension,
+    method: &str,
+) -> Vec<SessionEvent> {
+    vec![
+        SessionEvent::Suspended {
+            handle: suspension.handle.clone(),
+            reason: suspension.reason.clone(),
+            initiator: suspension.initiator,
+            suspended_at: suspension.suspended_at,
+            resume_when: suspension.resume_when.clone(),
+            summary: suspension.summary.clone(),
+            turn_id: suspension.turn_id.clone(),
+            mode: suspension.mode,
+        },
+        receipt(
+            state,
+            method,
+            &suspension.actor,
+            ControlStatus::Accepted,
+            "suspended",
+            json!({"sessionId": suspension.session_id, "handle": suspension.handle}),
+            suspension.reason.as_deref(),
+        ),
+    ]
+}
+
+/// The answer to a suspend.
+pub(crate) fn outcome(suspension: &Suspension, already_suspended: bool) -> SuspendOutcome {
+    SuspendOutcome {
+        handle: suspension.handle.clone(),
+        reason: suspension.reason.clone(),
+        initiator: suspension.initiator,
+        suspended_at: suspension.suspended_at,
+        resume_when: suspension.resume_when.clone(),
+        summary: suspension.summary.clone(),
+        already_suspended,
+    }
+}
+
+/// Records a committed suspension in memory and answers every waiting suspend.
+pub(crate) fn parked(state: &mut SessionState, suspension: Suspension) {
+    for reply in std::mem::take(&mut state.suspend_waiters) {
+        let _ = reply.send(Ok(outcome(&suspension, false)));
+    }
+    state.suspension = Some(suspension);
+}
+
+/// Answers every waiting suspend with `error` (the suspension did not happen).
+pub(crate) fn fail_waiters(state: &mut SessionState, error: ControlError) {
+    for reply in std::mem::take(&mut state.suspend_waiters) {
+        let _ = reply.send(Err(error.clone()));
+    }
+}
+
+/// The terminal a prompt answers with when its turn parks: `end_turn`, kind
+/// `suspended`, owned by whoever initiated it.
+pub(crate) fn suspended_terminal(suspension: &Suspension) -> Terminal {
+    Terminal {
+        kind: TerminalKind::Suspended,
+        owner: match suspension.initiator {
+            Initiator::Client => TerminalOwner::User,
+            Initiator::Agent => TerminalOwner::Agent,
+            Initiator::Policy => TerminalOwner::Policy,
+            Initiator::Scheduler => TerminalOwner::Harness,
+        },
+        reason: format!("the session was suspended (handle {})", suspension.handle),
+    }
+}
+
+/// Parks a turn the engine suspended: the envelope (with the checkpointed
+/// frame), `suspended` event and receipt, the open-turn marker and frame row
+/// removed and the pending request cleared — one durable batch. Then the
+/// prompt answers `end_turn` with terminal `suspended` and the handle, and
+/// every waiting suspend gets the handle.
+///
+/// # Errors
+/// A journal failure fails the actor (the restarted actor completes the
+/// suspension from the journal).
+pub(crate) async fn park_turn(
+    state: &mut SessionState,
+    mut turn: RunningTurn,
+    suspended: ExecutionSuspended,
+) -> Result<(), ActorProcessingErr> {
+    let now = state.env.config.clock.now();
+    let session_id = state.record.session_id.clone();
+    let mut record = state.record.clone();
+    record.updated_at = now;
+    let frame = suspended.frame;
+    let usage = frame.accounting.usage;
+    // A client's pending request names the suspension; otherwise the agent
+    // parked itself.
+    let (request, summary, method) = match record.suspend_request.take() {
+        Some(request) => (request, None, METHOD),
+        None => {
+            let park = suspended.park.clone().unwrap_or_else(|| {
+                berth_runtime::tools::AgentPark {
+                    reason: "a tool suspended the turn".into(),
+                    conditions: Default::default(),
+                    summary: None,
+                }
+            });
+            let request = SuspendRequest {
+                handle: state.env.config.ids.new_id("susp"),
+                mode: SuspendMode::FinishStep,
+                initiator: Initiator::Agent,
+                actor: "agent".into(),
+                reason: Some(park.reason),
+                resume_when: Some(park.conditions).filter(|c| !c.is_empty()),
+                requested_at: now,
+            };
+            (request, park.summary, "session/await_resumption")
+        }
+    };
+    let suspension = envelope(state, &request, Some(frame), summary, now);
+    let late = turn.control.steering().drain_all();
+    let mut events: Vec<SessionEvent> = late
+        .into_iter()
+        .map(|injection| SessionEvent::InjectionDropped {
+            message_id: injection.message_id,
+            reason: "the session suspended before this message was delivered".into(),
+        })
+        .collect();
+    events.extend(parked_events(state, &suspension, method));
+    let records: Vec<EventRecord> = events
+        .into_iter()
+        .map(|event| EventRecord { at: now, event })
+        .collect();
+    let batch = records.iter().fold(
+        Batch::new()
+            .put_session(&record)
+            .put_suspension(&suspension)
+            .delete_frame(&session_id)
+            .close_turn(&session_id),
+        |b, e| b.append(&session_id, e),
+    );
+    match state.env.journal.commit(batch).await {
+        Ok(ids) => {
+            state.record = record;
+            state.last_control = Some(Arc::clone(&turn.control));
+            state.watchers.publish(
+                &session_id,
+                ids.into_iter().zip(records.into_iter().map(Arc::new)),
+            );
+            if let Some(reply) = turn.reply.take() {
+                let _ = reply.send(Ok(PromptOutcome {
+                    turn_id: turn.turn_id.clone(),
+                    terminal: suspended_terminal(&suspension),
+                    stop_reason: Some(StopReason::EndTurn),
+                    usage,
+                    suspension_handle: Some(suspension.handle.clone()),
+                }));
+            }
+            parked(state, suspension);
+            Ok(())
+        }
+        Err(e) => {
+            if let Some(reply) = turn.reply.take() {
+                let _ = reply.send(Err(e.clone().into()));
+            }
+            fail_waiters(state, e.clone().into());
+            Err(Box::new(e))
+        }
+    }
+}
