@@ -10,7 +10,9 @@
 pub mod conditions;
 pub mod envelope;
 
-pub use conditions::{ConditionError, OnTimeout, ResumeConditions, ResumeTimeout, TriggerSpec};
+pub use conditions::{
+    event_matches, ConditionError, OnTimeout, ResumeConditions, ResumeTimeout, TriggerSpec,
+};
 pub use envelope::{
     Initiator, ResumeCause, ResumeClaim, ResumeClaimKind, SpanLink, SuspendMode, SuspendRequest,
     Suspension,

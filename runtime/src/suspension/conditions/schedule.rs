@@ -1,0 +1,328 @@
+//! The cron dialect of `trigger.cron` and its next fire time in a timezone.
+//!
+//! The [`cron`] crate wants a seconds field first (6 or 7 fields), numbers
+//! days of week 1–7 from Sunday, and requires a day to match *both* the
+//! day-of-month and the day-of-week field. Standard (Vixie/POSIX) crontab
+//! has 5 fields, numbers days of week 0–7 (0 and 7 are Sunday) and fires on
+//! a day matching *either* field when both are restricted. So a 5-field
+//! expression is translated before the crate sees it:
+//!
+//! - `0 ` (second zero) is prepended;
+//! - the day-of-week field is rewritten into the crate's numbering (names,
+//!   lists, ranges and steps as in crontab: `1-5` is Monday–Friday, `*/2`
+//!   is Sunday, Tuesday, Thursday, Saturday);
+//! - when both day fields are restricted (neither starts with `*` or `?`,
+//!   the Vixie rule) the schedule is the union of "day-of-month matches"
+//!   and "day-of-week matches".
+//!
+//! 6- and 7-field expressions and the `@hourly`/`@daily`/`@weekly`/
+//! `@monthly`/`@yearly` shorthands (plus `@midnight`, `@annually`) are the
+//! crate's own dialect and pass through unchanged.
+
+use std::str::FromStr;
+
+use chrono::{DateTime, Datelike, LocalResult, TimeDelta, TimeZone, Utc};
+use chrono_tz::Tz;
+
+/// Longest cron expression accepted, in characters.
+const MAX_CRON_CHARS: usize = 256;
+
+/// Last year the `cron` crate schedules (its year field ends there).
+const LAST_YEAR: i32 = 2100;
+
+/// How many candidates to look at past an instant before giving up. More
+/// than one only while asked from inside a repeated (DST fall-back) stretch
+/// of wall-clock time, whose times all fired at their first occurrence: a
+/// per-second schedule over a fold of up to a day.
+const MAX_CANDIDATES: usize = 2 * 86_400 + 16;
+
+/// A validated cron expression: one `cron` schedule, or two whose union is
+/// the standard day-of-month-or-day-of-week rule.
+#[derive(Debug, Clone)]
+pub(super) struct CronSchedule {
+    alternatives: Vec<cron::Schedule>,
+}
+
+impl CronSchedule {
+    /// Parses a 5-field standard expression, a 6/7-field seconds-first one
+    /// or an `@` shorthand.
+    ///
+    /// # Errors
+    /// A sentence saying what is wrong with the expression.
+    pub(super) fn parse(expression: &str) -> Result<Self, String> {
+        let expression = expression.trim();
+        if expression.is_empty() {
+            return Err("must not be empty; e.g. \"0 9 * * 1-5\"".into());
+        }
+        let chars = expression.chars().count();
+        if chars > MAX_CRON_CHARS {
+            return Err(format!(
+                "is {chars} characters; at most {MAX_CRON_CHARS} allowed"
+            ));
+        }
+        let fields: Vec<&str> = expression.split_whitespace().collect();
+        let sources = match fields.as_slice() {
+            [shorthand] if shorthand.starts_with('@') => {
+                vec![match *shorthand {
+                    "@midnight" => "@daily".to_owned(),
+                    "@annually" => "@yearly".to_owned(),
+                    other => other.to_owned(),
+                }]
+            }
+            [minute, hour, day_of_month, month, day_of_week] => {
+                let dow = standard_day_of_week(day_of_week)?;
+                let unrestricted = |field: &str| field.starts_with('*') || field.starts_with('?');
+                if unrestricted(day_of_month) || unrestricted(day_of_week) {
+                    vec![format!("0 {minute} {hour} {day_of_month} {month} {dow}")]
+                } else {
+                    vec![
+                        format!("0 {minute} {hour} {day_of_month} {month} *"),
+                        format!("0 {minute} {hour} * {month} {dow}"),
+                    ]
+                }
+            }
+            [_, _, _, _, _, _] | [_, _, _, _, _, _, _] => vec![fields.join(" ")],
+            _ => {
+                return Err(format!(
+                    "has {} fields; expected 5 (minute hour day-of-month month \
+                     day-of-week, e.g. \"0 9 * * 1-5\"), 6 or 7 with seconds first, \
+                     or an @ shorthand such as \"@daily\"",
+                    fields.len()
+                ))
+            }
+        };
+        let alternatives = sources
+            .iter()
+            .map(|source| cron::Schedule::from_str(source))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                format!(
+                    "is not a valid cron expression: {}",
+                    one_line(&e.to_string())
+                )
+            })?;
+        Ok(Self { alternatives })
+    }
+
+    /// The first fire time strictly after `after`, computed on the wall clock
+    /// of `tz` and returned in UTC.
+    ///
+    /// A wall-clock time that a DST change skips does not fire that day; one
+    /// it repeats fires once, at its first occurrence. `None` when the
+    /// schedule has no fire after `after` (the `cron` crate schedules from
+    /// 1970 to 2100).
+    pub(super) fn next_after(&self, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // Also keeps the crate's `after + 1s` from overflowing near the end
+        // of chrono's range.
+        if after.year() > LAST_YEAR {
+            return None;
+        }
+        // The crate reads a year before 1970 as a huge unsigned one; a day
+        // before its first year is early enough.
+        let start = after.max(DateTime::UNIX_EPOCH - TimeDelta::days(1));
+        let local = start.with_timezone(&tz);
+        self.alternatives
+            .iter()
+            .filter_map(|schedule| {
+                schedule
+                    .after(&local)
+                    .take(MAX_CANDIDATES)
+                    .filter(first_occurrence)
+                    .map(|fire| fire.with_timezone(&Utc))
+                    .find(|fire| *fire > after)
+            })
+            .min()
+    }
+}
+
+/// Whether `fire` is not the second occurrence of a wall-clock time that a
+/// DST change repeats.
+fn first_occurrence(fire: &DateTime<Tz>) -> bool {
+    match fire.timezone().from_local_datetime(&fire.naive_local()) {
+        LocalResult::Ambiguous(earlier, _) => earlier == *fire,
+        _ => true,
+    }
+}
+
+/// Resolves a `timezone` (absent = UTC) to a chrono-tz zone.
+///
+/// # Errors
+/// A sentence naming the unknown zone.
+pub(super) fn timezone(name: Option<&str>) -> Result<Tz, String> {
+    match name {
+        None => Ok(Tz::UTC),
+        Some(name) => Tz::from_str(name).map_err(|_| {
+            format!(
+                "{name:?} is not an IANA timezone name; use one such as \"UTC\" or \
+                 \"Europe/Berlin\" (case-sensitive)"
+            )
+        }),
+    }
+}
+
+/// Rewrites a standard crontab day-of-week field (0–7 with 0 and 7 Sunday,
+/// `sun`–`sat`, lists, ranges, steps) into the `cron` crate's numbering
+/// (1–7 with 1 Sunday). `*` and `?` pass through unchanged.
+fn standard_day_of_week(field: &str) -> Result<String, String> {
+    if field == "*" || field == "?" {
+        return Ok(field.to_owned());
+    }
+    let mut days = [false; 7];
+    for item in field.split(',') {
+        let (base, step) = match item.split_once('/') {
+            Some((base, step)) => (base, Some(step)),
+            None => (item, None),
+        };
+        let (first, last) = match base {
+            "*" | "?" => (0, 7),
+            _ => match base.split_once('-') {
+                Some((first, last)) => (weekday(first)?, weekday(last)?),
+                // `a/n` runs from `a` to the end of the week, as in cronie.
+                None if step.is_some() => (weekday(base)?, 7),
+                None => {
+                    let day = weekday(base)?;
+                    (day, day)
+                }
+            },
+        };
+        if first > last {
+            return Err(format!(
+                "day-of-week range {base:?} runs backwards; write it as a list \
+                 (e.g. \"5,6,0\" for Friday to Sunday)"
+            ));
+        }
+        let step = match step {
+            None => 1,
+            Some(step) => match step.parse::<u32>() {
+                Ok(step) if step > 0 => step,
+                _ => {
+                    return Err(format!(
+                        "day-of-week step {step:?} in {item:?} must be a positive integer"
+                    ))
+                }
+            },
+        };
+        let mut day = first;
+        while day <= last {
+            days[(day % 7) as usize] = true;
+            day = match day.checked_add(step) {
+                Some(next) => next,
+                None => break,
+            };
+        }
+    }
+    Ok(days
+        .iter()
+        .enumerate()
+        .filter(|(_, set)| **set)
+        .map(|(day, _)| (day + 1).to_string())
+        .collect::<Vec<_>>()
+        .join(","))
+}
+
+/// One standard day of week: `0`–`7` (0 and 7 Sunday) or an English name.
+fn weekday(token: &str) -> Result<u32, String> {
+    if !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()) {
+        return match token.parse::<u32>() {
+            Ok(day) if day <= 7 => Ok(day),
+            _ => Err(format!(
+                "day of week {token:?} is out of range; use 0-7 (0 and 7 are Sunday) or sun-sat"
+            )),
+        };
+    }
+    let day = match token.to_ascii_lowercase().as_str() {
+        "sun" | "sunday" => 0,
+        "mon" | "monday" => 1,
+        "tue" | "tues" | "tuesday" => 2,
+        "wed" | "wednesday" => 3,
+        "thu" | "thurs" | "thursday" => 4,
+        "fri" | "friday" => 5,
+        "sat" | "saturday" => 6,
+        _ => {
+            return Err(format!(
+                "{token:?} is not a day of week; use 0-7 (0 and 7 are Sunday) or sun-sat"
+            ))
+        }
+    };
+    Ok(day)
+}
+
+/// Folds a multi-line parser message onto one line.
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dow(field: &str) -> Result<String, String> {
+        standard_day_of_week(field)
+    }
+
+    #[test]
+    fn day_of_week_numbers_shift_to_sunday_one() {
+        assert_eq!(dow("1-5").as_deref(), Ok("2,3,4,5,6"));
+        assert_eq!(dow("0").as_deref(), Ok("1"));
+        assert_eq!(dow("7").as_deref(), Ok("1"));
+        assert_eq!(dow("6").as_deref(), Ok("7"));
+        assert_eq!(dow("0,6").as_deref(), Ok("1,7"));
+        assert_eq!(dow("5-7").as_deref(), Ok("1,6,7"));
+    }
+
+    #[test]
+    fn day_of_week_names_lists_and_steps() {
+        assert_eq!(dow("MON-FRI").as_deref(), Ok("2,3,4,5,6"));
+        assert_eq!(dow("sat,sun").as_deref(), Ok("1,7"));
+        assert_eq!(dow("1-fri").as_deref(), Ok("2,3,4,5,6"));
+        assert_eq!(dow("*/2").as_deref(), Ok("1,3,5,7"));
+        assert_eq!(dow("1-5/2").as_deref(), Ok("2,4,6"));
+        assert_eq!(dow("1/3").as_deref(), Ok("1,2,5"));
+        assert_eq!(dow("*").as_deref(), Ok("*"));
+        assert_eq!(dow("?").as_deref(), Ok("?"));
+    }
+
+    #[test]
+    fn day_of_week_rejects_what_crontab_rejects() {
+        for bad in [
+            "8",
+            "5-1",
+            "fri-mon",
+            "*/0",
+            "1-5/x",
+            "",
+            "1,,2",
+            "1-",
+            "-1",
+            "funday",
+            "L",
+            "5#2",
+            "99999999999999",
+        ] {
+            assert!(dow(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn field_counts() {
+        assert!(CronSchedule::parse("0 9 * * 1-5").is_ok());
+        assert!(CronSchedule::parse("30 0 9 * * Mon-Fri").is_ok());
+        assert!(CronSchedule::parse("30 0 9 * * Mon-Fri 2030").is_ok());
+        assert!(CronSchedule::parse("@daily").is_ok());
+        assert!(CronSchedule::parse("@midnight").is_ok());
+        assert!(CronSchedule::parse("@annually").is_ok());
+        assert!(CronSchedule::parse("@reboot").is_err());
+        assert!(CronSchedule::parse("0 9 * *").is_err());
+        assert!(CronSchedule::parse("0 0 9 * * * 2030 x").is_err());
+        assert!(CronSchedule::parse("   ").is_err());
+    }
+
+    #[test]
+    fn unknown_timezone_is_an_error() {
+        assert_eq!(timezone(None), Ok(Tz::UTC));
+        assert_eq!(timezone(Some("Europe/Berlin")), Ok(Tz::Europe__Berlin));
+        assert!(timezone(Some("europe/berlin")).is_err());
+        assert!(timezone(Some("Mars/Olympus")).is_err());
+        assert!(timezone(Some("")).is_err());
+    }
+}
