@@ -1,8 +1,8 @@
 //! Typed control errors. Each maps to one JSON-RPC error code in the adapters.
 
+use berth_runtime::engine::ResumeRefusal;
 use berth_runtime::ids::{SessionId, TurnId};
 use berth_runtime::steering::InjectionConflict;
-use berth_runtime::engine::ResumeRefusal;
 use berth_runtime::suspension::ResumeClaim;
 use berth_storage::StorageError;
 

@@ -26,5 +26,8 @@ pub mod watch;
 
 pub use config::NodeConfig;
 pub use error::ControlError;
-pub use node::{CancelStatus, NewSession, Node, PromptOutcome, SessionStatus};
+pub use node::{
+    CancelStatus, NewSession, Node, PromptOutcome, ResumeOutcome, ResumeParams, SessionStatus,
+    SuspendOutcome, SuspendParams,
+};
 pub use watch::{SessionNotice, Watcher};

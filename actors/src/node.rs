@@ -12,9 +12,13 @@ use berth_runtime::engine::CallCancel;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::model::Usage;
 use berth_runtime::steering::Injection;
+use berth_runtime::suspension::{
+    Initiator, ResumeCause, ResumeConditions, SuspendMode, Suspension,
+};
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind};
 use berth_runtime::tools::ProcessLedger;
 use berth_storage::{Batch, Journal, JournalOptions, SessionRecord};
+use chrono::{DateTime, Utc};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorRef, RpcReplyPort};
 use serde::Serialize;
@@ -23,7 +27,7 @@ use serde_json::Value;
 use crate::config::NodeConfig;
 use crate::error::ControlError;
 use crate::registry::Registry;
-use crate::session::{seal_open_turn, AttachOutcome, SessionEnv, SessionMsg};
+use crate::session::{settle_open_turn, AttachOutcome, SessionEnv, SessionMsg};
 use crate::supervisor::Supervisor;
 use crate::watch::Watcher;
 
@@ -39,6 +43,8 @@ pub struct NewSession {
     pub additional_directories: Vec<PathBuf>,
     /// MCP server configs as received (stored with the session).
     pub mcp_servers: Vec<Value>,
+    /// The parent of a nested session (must exist).
+    pub parent_session_id: Option<SessionId>,
 }
 
 /// How a prompt turn ended.
@@ -52,6 +58,74 @@ pub struct PromptOutcome {
     pub stop_reason: Option<StopReason>,
     /// Tokens the turn used.
     pub usage: Usage,
+    /// The suspension's handle when the turn parked (terminal `suspended`).
+    pub suspension_handle: Option<String>,
+}
+
+/// Parameters of `session/suspend` (RFC `SessionSuspendRequest`).
+#[derive(Debug, Clone)]
+pub struct SuspendParams {
+    /// When it takes effect.
+    pub mode: SuspendMode,
+    /// Free-form reason.
+    pub reason: Option<String>,
+    /// Validated resume conditions.
+    pub resume_when: Option<ResumeConditions>,
+    /// Who asks (the authenticated actor).
+    pub actor: String,
+    /// `client` for `session/suspend`; `policy`/`scheduler` for berth's own.
+    pub initiator: Initiator,
+}
+
+/// Answer to `session/suspend` (RFC `SessionSuspendResponse`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SuspendOutcome {
+    /// The handle to echo on `session/resume`.
+    pub handle: String,
+    /// Why it is parked.
+    pub reason: Option<String>,
+    /// Who parked it.
+    pub initiator: Initiator,
+    /// When the suspension was committed.
+    pub suspended_at: DateTime<Utc>,
+    /// The conditions it will honour.
+    pub resume_when: Option<ResumeConditions>,
+    /// A digest to show.
+    pub summary: Option<String>,
+    /// It was already suspended: this is the existing handle (idempotent).
+    pub already_suspended: bool,
+}
+
+/// Parameters of a resume claim (RFC `SessionResumeRequest` + berth's `handle`).
+#[derive(Debug, Clone)]
+pub struct ResumeParams {
+    /// The handle to claim; `None` claims the session's current suspension.
+    pub handle: Option<String>,
+    /// Fed to the resume waitpoint.
+    pub input: Option<Value>,
+    /// `false`: a fresh turn with a digest (RFC default `true`).
+    pub continue_transcript: bool,
+    /// Why it wakes (`explicit_resume` for a client).
+    pub cause: ResumeCause,
+    /// Who resumes.
+    pub actor: String,
+}
+
+/// Answer to a resume claim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumeOutcome {
+    /// The handle claimed.
+    pub handle: String,
+    /// Why it woke.
+    pub cause: ResumeCause,
+    /// When the claim was committed.
+    pub resumed_at: DateTime<Utc>,
+    /// Whether input was given.
+    pub had_resume_input: bool,
+    /// Whether the parked turn's transcript continues.
+    pub continue_transcript: bool,
+    /// The turn now running, if the resume started or continued one.
+    pub turn_id: Option<TurnId>,
 }
 
 /// Answer to `session/cancel` (`remote-session-control.md`, "Stop").
@@ -138,7 +212,7 @@ impl Node {
             processes: Arc::new(processes),
         });
         for open in env.journal.open_turns()? {
-            seal_open_turn(
+            settle_open_turn(
                 &env,
                 &open.session_id,
                 Terminal::new(
@@ -221,6 +295,14 @@ impl Node {
                 &format!("{} is not an absolute path", bad.display()),
             ));
         }
+        if let Some(parent) = &params.parent_session_id {
+            if self.env.journal.session(parent)?.is_none() {
+                return Err(ControlError::invalid(
+                    "_meta.berth.parentSessionId",
+                    &format!("no session {parent}"),
+                ));
+            }
+        }
         let now = self.env.config.clock.now();
         let record = SessionRecord {
             session_id: SessionId(self.env.config.ids.new_id("sess")),
@@ -233,6 +315,9 @@ impl Node {
             updated_at: now,
             closed_at: None,
             checkpoint_head: 0,
+            parent_session_id: params.parent_session_id,
+            context_from: 0,
+            suspend_request: None,
         };
         self.env
             .journal
@@ -270,6 +355,50 @@ impl Node {
             reply,
         })
         .await?
+    }
+
+    /// `session/suspend`: parks the session; resolves once the suspension is
+    /// committed (at once when idle; when the running turn reaches the seam
+    /// `mode` names otherwise).
+    ///
+    /// # Errors
+    /// `UnknownSession`, `SessionClosed`, `Storage`, `ActorFailed`.
+    pub async fn suspend(
+        &self,
+        id: &SessionId,
+        params: SuspendParams,
+    ) -> Result<SuspendOutcome, ControlError> {
+        self.call(id, |reply| SessionMsg::Suspend {
+            params: params.clone(),
+            reply,
+        })
+        .await?
+    }
+
+    /// Claims the session's suspension and wakes it (see
+    /// `session::lifecycle::resume`).
+    ///
+    /// # Errors
+    /// `UnknownSession`, `SessionClosed`, `ResumeConflict`, `ResumeRefused`,
+    /// `Storage`, `ActorFailed`.
+    pub async fn resume(
+        &self,
+        id: &SessionId,
+        params: ResumeParams,
+    ) -> Result<ResumeOutcome, ControlError> {
+        self.call(id, |reply| SessionMsg::Resume {
+            params: params.clone(),
+            reply,
+        })
+        .await?
+    }
+
+    /// The session's current suspension, if it is parked.
+    ///
+    /// # Errors
+    /// [`ControlError::Storage`].
+    pub fn suspension(&self, id: &SessionId) -> Result<Option<Suspension>, ControlError> {
+        Ok(self.env.journal.suspension(id)?)
     }
 
     /// Cancels the running turn (idempotent).

@@ -89,6 +89,7 @@ mod tests {
                 cwd: dir.path().to_path_buf(),
                 additional_directories: vec![],
                 mcp_servers: vec![],
+                parent_session_id: None,
             })
             .await
             .unwrap();

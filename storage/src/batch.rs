@@ -91,6 +91,19 @@ impl Batch {
         Self::default()
     }
 
+    /// Appends `other`'s writes after this batch's; `other`'s fence or claim,
+    /// when set, replaces this one's.
+    pub fn merge(mut self, other: Batch) -> Self {
+        self.ops.extend(other.ops);
+        if other.fence.is_some() {
+            self.fence = other.fence;
+        }
+        if other.claim.is_some() {
+            self.claim = other.claim;
+        }
+        self
+    }
+
     /// Whether the batch has no writes (no ops and no claim). Committing an
     /// empty batch is a no-op that returns `Ok` without touching the journal,
     /// even when it carries a fence.

@@ -28,6 +28,9 @@ fn session(id: &str) -> SessionRecord {
         updated_at: at(),
         closed_at: None,
         checkpoint_head: 0,
+        parent_session_id: None,
+        context_from: 0,
+        suspend_request: None,
     }
 }
 

@@ -71,6 +71,8 @@ fn parked(session: &str, handle: &str) -> Suspension {
             config_fingerprint: "11".into(),
             dispatch_skipped: false,
             skip_reason: None,
+            resume_notes: Vec::new(),
+            file_changes: Vec::new(),
         }),
         turn_id: Some(turn),
         parent_session_id: Some(SessionId::from("parent")),

@@ -12,20 +12,24 @@ mod sink;
 use std::sync::Arc;
 
 use berth_runtime::content::Prompt;
-use berth_runtime::engine::{CallCancel, TurnControl, TurnOutcome};
+use berth_runtime::engine::{CallCancel, TurnControl, TurnExit};
 use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::history::Transcript;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::steering::Injection;
+use berth_runtime::suspension::Suspension;
 use berth_runtime::tools::{ProcessGroups, ProcessLedger};
 use berth_storage::{Batch, Journal, SessionRecord};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-pub use seal::seal_open_turn;
+pub use seal::{seal_open_turn, settle_open_turn};
 
 use crate::config::NodeConfig;
 use crate::error::ControlError;
-use crate::node::{CancelStatus, PromptOutcome, SessionStatus};
+use crate::node::{
+    CancelStatus, PromptOutcome, ResumeOutcome, ResumeParams, SessionStatus, SuspendOutcome,
+    SuspendParams,
+};
 use crate::watch::{Watcher, Watchers};
 
 /// What every session actor of a node shares.
@@ -143,15 +147,31 @@ pub enum SessionMsg {
         /// The watcher id.
         watcher_id: u64,
     },
+    /// `session/suspend` (or a policy's suspension): answered once the
+    /// suspension is committed.
+    Suspend {
+        /// What to suspend with.
+        params: SuspendParams,
+        /// The handle and envelope summary.
+        reply: RpcReplyPort<Result<SuspendOutcome, ControlError>>,
+    },
+    /// `session/resume` claiming the session's suspension.
+    Resume {
+        /// The claim.
+        params: ResumeParams,
+        /// Answered once the claim is committed.
+        reply: RpcReplyPort<Result<ResumeOutcome, ControlError>>,
+    },
     /// Test-only fault injection: the handler fails, as a bug would.
     #[cfg(test)]
     InjectFault,
-    /// The running turn ended (sent by the turn task itself).
+    /// The running turn left the engine, ended or suspended (sent by the
+    /// turn task itself).
     TurnFinished {
         /// The turn.
         turn_id: TurnId,
-        /// How it ended.
-        outcome: TurnOutcome,
+        /// How it left.
+        exit: Box<TurnExit>,
     },
 }
 
@@ -177,6 +197,10 @@ pub struct SessionState {
     /// The control block of the last finished turn: what became of its
     /// injections (for revoke/replace after the turn).
     pub(crate) last_control: Option<Arc<TurnControl>>,
+    /// The session's suspension, while it is parked.
+    pub(crate) suspension: Option<Suspension>,
+    /// Suspends waiting for the running turn to park.
+    pub(crate) suspend_waiters: Vec<lifecycle::suspend::SuspendReply>,
 }
 
 impl SessionState {
@@ -254,7 +278,7 @@ impl Actor for SessionActor {
         let record = journal
             .session(&args.session_id)?
             .ok_or_else(|| format!("session {} is not in the journal", args.session_id))?;
-        seal_open_turn(
+        settle_open_turn(
             &args.env,
             &args.session_id,
             berth_runtime::terminal::Terminal::new(
@@ -263,6 +287,8 @@ impl Actor for SessionActor {
             ),
         )
         .await?;
+        let record = journal.session(&args.session_id)?.unwrap_or(record);
+        let suspension = journal.suspension(&args.session_id)?;
         let transcript = Transcript::from_messages(journal.transcript(&args.session_id)?);
         let last = journal.last_event_id(&args.session_id)?;
         let processes = Arc::new(ProcessGroups::with_ledger(
@@ -278,6 +304,8 @@ impl Actor for SessionActor {
             turn: None,
             pending_close: Vec::new(),
             last_control: None,
+            suspension,
+            suspend_waiters: Vec::new(),
         })
     }
 
@@ -291,8 +319,14 @@ impl Actor for SessionActor {
             SessionMsg::Prompt { prompt, reply } => {
                 lifecycle::prompt::start(&myself, state, prompt, reply).await
             }
-            SessionMsg::TurnFinished { turn_id, outcome } => {
-                lifecycle::prompt::finish(&myself, state, turn_id, outcome).await
+            SessionMsg::TurnFinished { turn_id, exit } => {
+                lifecycle::prompt::finish(&myself, state, turn_id, *exit).await
+            }
+            SessionMsg::Suspend { params, reply } => {
+                lifecycle::suspend::suspend(state, params, reply).await
+            }
+            SessionMsg::Resume { params, reply } => {
+                lifecycle::resume::resume(&myself, state, params, reply).await
             }
             SessionMsg::Cancel { actor, reply } => {
                 let _ = reply.send(lifecycle::cancel::cancel(state, &actor).await);

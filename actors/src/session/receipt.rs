@@ -3,7 +3,9 @@
 use berth_runtime::event::{ControlOutcome, ControlStatus, SessionEvent};
 use serde_json::Value;
 
-use super::SessionState;
+use berth_runtime::ids::SessionId;
+
+use super::{SessionEnv, SessionState};
 
 /// Builds the receipt of one arbitrated control on this session.
 pub(crate) fn receipt(
@@ -15,9 +17,33 @@ pub(crate) fn receipt(
     target: Value,
     reason: Option<&str>,
 ) -> SessionEvent {
+    receipt_in(
+        &state.env,
+        &state.record.session_id,
+        method,
+        actor,
+        status,
+        outcome,
+        target,
+        reason,
+    )
+}
+
+/// [`receipt`] without an actor state (start-up recovery).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn receipt_in(
+    env: &SessionEnv,
+    session_id: &SessionId,
+    method: &str,
+    actor: &str,
+    status: ControlStatus,
+    outcome: &str,
+    target: Value,
+    reason: Option<&str>,
+) -> SessionEvent {
     SessionEvent::ControlOutcome(ControlOutcome {
-        session_id: state.record.session_id.0.clone(),
-        control_id: state.env.config.ids.new_id("ctl"),
+        session_id: session_id.0.clone(),
+        control_id: env.config.ids.new_id("ctl"),
         method: method.into(),
         outcome: outcome.into(),
         status,

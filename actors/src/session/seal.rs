@@ -244,3 +244,257 @@ pub(crate) fn seal_parked(
         .append_transcript(&session_id, transcript_len, &messages);
     (batch, events, messages)
 }
+
+/// Settles a turn left open by a process or actor that died. A turn that was
+/// parking — a suspension was requested (and journaled) while it ran, or the
+/// agent parked itself — completes its suspension from its last checkpoint
+/// ([`recover_suspension`]): the suspend had been accepted, so it is honoured,
+/// and nothing that ran is run again. Any other open turn is sealed with
+/// `terminal` ([`seal_open_turn`]).
+///
+/// **Durable on return.**
+///
+/// # Errors
+/// [`StorageError`]; nothing changed.
+pub async fn settle_open_turn(
+    env: &SessionEnv,
+    session_id: &SessionId,
+    terminal: Terminal,
+) -> Result<(), StorageError> {
+    let journal = &env.journal;
+    let Some(open) = journal.open_turn(session_id)? else {
+        return Ok(());
+    };
+    let Some(record) = journal.session(session_id)? else {
+        return Ok(());
+    };
+    let frame = journal
+        .frame(session_id)?
+        .filter(|f| f.turn_id == open.turn_id);
+    let all = journal.events(session_id, 0)?;
+    let begin = all
+        .iter()
+        .rposition(|(_, r)| matches!(&r.event, SessionEvent::TurnStarted { turn_id, .. } if *turn_id == open.turn_id))
+        .unwrap_or(0);
+    let turn_events: Vec<SessionEvent> =
+        all[begin..].iter().map(|(_, r)| r.event.clone()).collect();
+    let frame = frame.map(|f| recover_frame(f, &turn_events));
+    let parking =
+        record.suspend_request.is_some() || frame.as_ref().is_some_and(|(f, _)| f.park().is_some());
+    if !parking {
+        seal_open_turn(env, session_id, terminal).await?;
+        return Ok(());
+    }
+    recover_suspension(env, record, open, frame, &turn_events).await
+}
+
+/// Completes the suspension of a turn that was parking when berth stopped:
+/// the frame is its last checkpoint brought up to date from the journal
+/// ([`recover_frame`]), or — before its first checkpoint — a frame about to
+/// make its first model call. Loose ends are settled as for a seal, except
+/// that calls which never started stay unstarted (they run after resume).
+async fn recover_suspension(
+    env: &SessionEnv,
+    mut record: berth_storage::SessionRecord,
+    open: berth_storage::OpenTurn,
+    frame: Option<(berth_runtime::frame::Frame, Vec<ToolCallId>)>,
+    turn_events: &[SessionEvent],
+) -> Result<(), StorageError> {
+    use berth_runtime::frame::{Accounting, Frame, Phase, FRAME_VERSION};
+    use berth_runtime::suspension::{Initiator, SuspendMode, SuspendRequest};
+    let session_id = record.session_id.clone();
+    let now = env.config.clock.now();
+    let (frame, unknown) = match frame {
+        Some(found) => found,
+        None => {
+            let from = usize::try_from(record.context_from).unwrap_or(usize::MAX);
+            let transcript = env.journal.transcript(&session_id)?;
+            let history = berth_runtime::history::Transcript::from_messages(
+                transcript.get(from..).unwrap_or_default().to_vec(),
+            );
+            let frame = Frame {
+                version: FRAME_VERSION,
+                session_id: session_id.clone(),
+                turn_id: open.turn_id.clone(),
+                phase: Phase::Provider,
+                iteration: 0,
+                accounting: Accounting::default(),
+                tool_outcomes: Vec::new(),
+                unstarted_calls: Vec::new(),
+                turn_messages: vec![Message::User {
+                    text: open.prompt_text.clone(),
+                }],
+                history_fingerprint: history.fingerprint().to_owned(),
+                config_fingerprint: berth_runtime::engine::config_fingerprint_of(
+                    env.config.model.as_ref(),
+                    &env.config.tools,
+                    env.config.max_model_calls,
+                ),
+                dispatch_skipped: false,
+                skip_reason: None,
+                resume_notes: Vec::new(),
+                file_changes: Vec::new(),
+            };
+            (frame, Vec::new())
+        }
+    };
+    let (request, method, summary) = match record.suspend_request.take() {
+        Some(request) => (request, "session/suspend", None),
+        None => {
+            let park = frame
+                .park()
+                .cloned()
+                .unwrap_or_else(|| berth_runtime::tools::AgentPark {
+                    reason: "the agent parked itself".into(),
+                    conditions: Default::default(),
+                    summary: None,
+                });
+            let request = SuspendRequest {
+                handle: env.config.ids.new_id("susp"),
+                mode: SuspendMode::FinishStep,
+                initiator: Initiator::Agent,
+                actor: "agent".into(),
+                reason: Some(park.reason),
+                resume_when: Some(park.conditions).filter(|c| !c.is_empty()),
+                requested_at: now,
+            };
+            (request, "session/await_resumption", park.summary)
+        }
+    };
+    // Loose ends: permission waits and undelivered injections as for a
+    // seal; a tool call only when it ran and its outcome is now unknown.
+    let mut events: Vec<SessionEvent> = loose_ends(turn_events)
+        .into_iter()
+        .filter(|event| match event {
+            SessionEvent::ToolCallUpdate { tool_call_id, .. } => unknown.contains(tool_call_id),
+            _ => true,
+        })
+        .collect();
+    record.updated_at = now;
+    let suspension =
+        super::lifecycle::suspend::envelope(&record, &request, Some(frame), summary, now);
+    events.extend(super::lifecycle::suspend::parked_events(
+        env,
+        &suspension,
+        method,
+    ));
+    let records: Vec<EventRecord> = events
+        .into_iter()
+        .map(|event| EventRecord { at: now, event })
+        .collect();
+    let batch = records.iter().fold(
+        Batch::new()
+            .put_session(&record)
+            .put_suspension(&suspension)
+            .delete_frame(&session_id)
+            .close_turn(&session_id),
+        |b, e| b.append(&session_id, e),
+    );
+    env.journal.commit(batch).await?;
+    tracing::warn!(session_id = %session_id, handle = %suspension.handle, "completed a suspension left quiescing");
+    Ok(())
+}
+
+/// Brings a turn's last checkpointed frame up to date with what its events
+/// say happened after it: in a tool batch, calls that settled get their
+/// recorded outcome, a call that yielded a continuation keeps it, a call that
+/// was running has an unknown outcome (never re-run), and calls that never
+/// started stay unstarted. When the whole batch settled, its results enter
+/// the transcript and the frame stands before the next model call. Returns
+/// the frame and the calls whose outcome is unknown.
+fn recover_frame(
+    mut frame: berth_runtime::frame::Frame,
+    events: &[SessionEvent],
+) -> (berth_runtime::frame::Frame, Vec<ToolCallId>) {
+    use berth_runtime::frame::{Phase, ToolOutcome, ToolOutcomeStatus};
+    use berth_runtime::tools::{AgentPark, ToolContinuation};
+    let mut unknown = Vec::new();
+    if frame.phase != Phase::Tools {
+        return (frame, unknown);
+    }
+    let last_update = |id: &ToolCallId| {
+        events.iter().rev().find_map(|event| match event {
+            SessionEvent::ToolCallUpdate {
+                tool_call_id,
+                status,
+                raw_output,
+                content,
+            } if tool_call_id == id => Some((*status, raw_output.clone(), content.clone())),
+            _ => None,
+        })
+    };
+    // Suspended calls a resumed batch continued since the checkpoint.
+    for outcome in &mut frame.tool_outcomes {
+        if outcome.status != ToolOutcomeStatus::Suspended {
+            continue;
+        }
+        if let Some((status @ (ToolCallStatus::Completed | ToolCallStatus::Failed), _, content)) =
+            last_update(&outcome.call.id)
+        {
+            outcome.status = if status == ToolCallStatus::Completed {
+                ToolOutcomeStatus::Completed
+            } else {
+                ToolOutcomeStatus::Failed
+            };
+            outcome.content = content.unwrap_or_default();
+            outcome.continuation = None;
+            outcome.park = None;
+        }
+    }
+    let calls = std::mem::take(&mut frame.unstarted_calls);
+    let mut rest = calls.into_iter();
+    for call in rest.by_ref() {
+        let Some((status, raw, content)) = last_update(&call.id) else {
+            frame.unstarted_calls.push(call);
+            break;
+        };
+        let content = content.unwrap_or_default();
+        let continuation = raw
+            .as_ref()
+            .filter(|raw| raw.get("suspended").is_some())
+            .and_then(|raw| raw.get("continuation"))
+            .and_then(|c| serde_json::from_value::<ToolContinuation>(c.clone()).ok());
+        let outcome = match (status, continuation) {
+            (ToolCallStatus::Completed, _) => (ToolOutcomeStatus::Completed, content, None),
+            (ToolCallStatus::Failed, _) => (ToolOutcomeStatus::Failed, content, None),
+            (_, Some(continuation)) => (ToolOutcomeStatus::Suspended, content, Some(continuation)),
+            _ => {
+                unknown.push(call.id.clone());
+                (ToolOutcomeStatus::Unknown, RESTARTED.to_owned(), None)
+            }
+        };
+        let park = outcome
+            .2
+            .as_ref()
+            .filter(|c| c.tool == berth_runtime::tools::await_resumption::NAME)
+            .and_then(|c| serde_json::from_value::<AgentPark>(c.state.clone()).ok());
+        frame.tool_outcomes.push(ToolOutcome {
+            call,
+            status: outcome.0,
+            content: outcome.1,
+            continuation: outcome.2,
+            park,
+        });
+    }
+    frame.unstarted_calls.extend(rest);
+    let parked = frame
+        .tool_outcomes
+        .iter()
+        .any(|o| o.status == ToolOutcomeStatus::Suspended);
+    if frame.unstarted_calls.is_empty() && !parked {
+        for outcome in &frame.tool_outcomes {
+            frame.turn_messages.push(Message::Tool {
+                tool_call_id: outcome.call.id.clone(),
+                content: outcome.content.clone(),
+                is_error: outcome.status != ToolOutcomeStatus::Completed,
+            });
+        }
+        frame.turn_messages.extend(
+            std::mem::take(&mut frame.resume_notes)
+                .into_iter()
+                .map(|text| Message::User { text }),
+        );
+        frame.phase = Phase::Provider;
+    }
+    (frame, unknown)
+}

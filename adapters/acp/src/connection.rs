@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 
 use berth_actors::{Node, SessionNotice, Watcher};
 use berth_runtime::engine::{PermissionDecision, PermissionRequest};
+use berth_runtime::event::SessionEvent;
 use berth_runtime::ids::SessionId;
+use berth_runtime::suspension::Initiator;
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -22,7 +24,7 @@ use tokio::task::JoinSet;
 
 use crate::jsonrpc::{classify, encode_error, encode_result, Incoming, RpcError};
 use crate::methods;
-use crate::render::render_notice;
+use crate::render::{render_notice, RenderOptions};
 use crate::transport::framing::{read_frame, Frame};
 
 /// Bounds of a connection.
@@ -57,6 +59,35 @@ pub struct Connection {
     attached: Mutex<HashSet<SessionId>>,
     /// The `clientCapabilities` sent in `initialize` (null before).
     pub client_capabilities: Mutex<Value>,
+    /// The berth extensions the client declared in
+    /// `clientCapabilities._meta.berth`.
+    pub extensions: Arc<ClientExtensions>,
+}
+
+/// What a client declared it understands, under
+/// `clientCapabilities._meta.berth` in `initialize`:
+/// `suspendUpdates: true` — `session/update` variants `suspended` and
+/// `resumed` (the stock ACP client rejects unknown variants, so others get
+/// these facts as `_berth/agentEvent`); `awaitResumption: true` — berth sends
+/// it the `session/await_resumption` request when the agent parks itself.
+#[derive(Debug, Default)]
+pub struct ClientExtensions {
+    /// Understands `session/update` `suspended` / `resumed`.
+    pub suspend_updates: std::sync::atomic::AtomicBool,
+    /// Wants `session/await_resumption` requests.
+    pub await_resumption: std::sync::atomic::AtomicBool,
+}
+
+impl ClientExtensions {
+    /// Reads the declaration from `clientCapabilities` (a JSON object).
+    pub fn declare(&self, capabilities: &Value) {
+        let berth = &capabilities["_meta"]["berth"];
+        let flag = |key: &str| berth.get(key).and_then(Value::as_bool).unwrap_or(false);
+        self.suspend_updates
+            .store(flag("suspendUpdates"), Ordering::Release);
+        self.await_resumption
+            .store(flag("awaitResumption"), Ordering::Release);
+    }
 }
 
 impl Connection {
@@ -76,6 +107,7 @@ impl Connection {
             id: self.id,
             outbound: self.outbound.clone(),
             requests: Arc::clone(&self.requests),
+            extensions: Arc::clone(&self.extensions),
         })
     }
 
@@ -158,6 +190,66 @@ struct ConnectionWatcher {
     id: u64,
     outbound: mpsc::UnboundedSender<String>,
     requests: Arc<ClientRequests>,
+    extensions: Arc<ClientExtensions>,
+}
+
+impl ConnectionWatcher {
+    /// Sends the RFC's `session/await_resumption` (agent → client) for a live
+    /// agent self-park. The client's answer is informational: berth holds
+    /// the suspension and assigned the handle (in `_meta.berth`).
+    fn await_resumption(&self, notice: &SessionNotice) {
+        let SessionEvent::Suspended {
+            handle,
+            reason,
+            initiator: Initiator::Agent,
+            suspended_at,
+            resume_when,
+            summary,
+            ..
+        } = &notice.record.event
+        else {
+            return;
+        };
+        if notice.replayed || !self.extensions.await_resumption.load(Ordering::Acquire) {
+            return;
+        }
+        let id = self.requests.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let (answered, answer) = oneshot::channel::<Value>();
+        {
+            let mut waiting = self
+                .requests
+                .waiting
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if self.requests.closed.load(Ordering::Acquire) {
+                return;
+            }
+            waiting.insert(id, answered);
+        }
+        let frame = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "session/await_resumption",
+            "params": {
+                "sessionId": notice.session_id,
+                "reason": reason.clone().unwrap_or_default(),
+                "conditions": resume_when,
+                "summary": summary,
+                "_meta": {"berth": {
+                    "handle": handle,
+                    "suspendedAt": suspended_at,
+                    "eventId": notice.event_id,
+                }},
+            },
+        });
+        if self.outbound.send(frame.to_string()).is_ok() {
+            tokio::spawn(async move {
+                if let Ok(reply) = answer.await {
+                    tracing::debug!(%reply, "client answered session/await_resumption");
+                }
+            });
+        }
+    }
 }
 
 impl Watcher for ConnectionWatcher {
@@ -166,9 +258,14 @@ impl Watcher for ConnectionWatcher {
     }
 
     fn notify(&self, notice: &SessionNotice) -> bool {
-        render_notice(notice)
+        let options = RenderOptions {
+            suspend_updates: self.extensions.suspend_updates.load(Ordering::Acquire),
+        };
+        let sent = render_notice(notice, options)
             .into_iter()
-            .all(|frame| self.outbound.send(frame).is_ok())
+            .all(|frame| self.outbound.send(frame).is_ok());
+        self.await_resumption(notice);
+        sent
     }
 
     fn request_permission(
@@ -291,6 +388,7 @@ where
         requests: Arc::default(),
         attached: Mutex::default(),
         client_capabilities: Mutex::new(Value::Null),
+        extensions: Arc::default(),
     });
     let slots = Arc::new(Semaphore::new(options.max_in_flight));
     let mut tasks = JoinSet::new();

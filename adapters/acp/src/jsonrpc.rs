@@ -15,8 +15,13 @@
 //! | -32006 | a prompt is already running | `{sessionId, turnId, reason: "prompt_active"}` |
 //! | -32007 | too many requests in flight on this connection | `{limit, reason: "too_many_requests"}` |
 //! | -32008 | an injected message cannot be revoked/replaced | `{messageId, reason: "already_delivered" \| "already_revoked" \| "unknown_message_id"}` |
+//! | -32009 | a resume found nothing to claim | `{sessionId, handle, reason: "already_resumed" (with `claim: {kind, cause, actor, claimedAt}`) \| "not_suspended"}` |
+//! | -32010 | the session is suspended (prompt, rollback) | `{sessionId, handle, reason: "session_suspended"}` |
+//! | -32012 | a parked turn cannot continue under today's history/configuration | `{sessionId, handle, reason: "resume_refused", refusal: "history_changed" \| "configuration_changed" \| "frame_version" \| "completion_owner_missing"}` |
 
+use berth_actors::error::ResumeConflict;
 use berth_actors::ControlError;
+use berth_runtime::engine::ResumeRefusal;
 use serde_json::{json, Map, Value};
 
 /// A JSON-RPC error object.
@@ -128,6 +133,48 @@ impl From<ControlError> for RpcError {
                 e.to_string(),
                 json!({"messageId": message_id, "reason": conflict.reason()}),
             ),
+            ControlError::SessionSuspended { session_id, handle } => Self::new(
+                -32010,
+                e.to_string(),
+                json!({"sessionId": session_id, "handle": handle, "reason": "session_suspended"}),
+            ),
+            ControlError::ResumeConflict {
+                session_id,
+                handle,
+                reason,
+            } => {
+                let mut data = json!({"sessionId": session_id, "handle": handle});
+                match reason {
+                    ResumeConflict::AlreadyResumed { claim } => {
+                        data["reason"] = json!("already_resumed");
+                        data["claim"] = json!({
+                            "kind": claim.kind,
+                            "cause": claim.cause,
+                            "actor": claim.actor,
+                            "claimedAt": claim.claimed_at,
+                        });
+                    }
+                    ResumeConflict::NotSuspended => data["reason"] = json!("not_suspended"),
+                }
+                Self::new(-32009, e.to_string(), data)
+            }
+            ControlError::ResumeRefused {
+                session_id,
+                handle,
+                refusal,
+            } => {
+                let kind = match refusal {
+                    ResumeRefusal::FrameVersion { .. } => "frame_version",
+                    ResumeRefusal::HistoryChanged { .. } => "history_changed",
+                    ResumeRefusal::ConfigurationChanged { .. } => "configuration_changed",
+                    ResumeRefusal::CompletionOwnerMissing { .. } => "completion_owner_missing",
+                };
+                Self::new(
+                    -32012,
+                    e.to_string(),
+                    json!({"sessionId": session_id, "handle": handle, "reason": "resume_refused", "refusal": kind}),
+                )
+            }
             ControlError::Storage(_) | ControlError::ActorFailed(_) => Self::internal(&e),
         }
     }

@@ -3,7 +3,8 @@
 //! Facts ACP has an update for go out as `session/update` using the official
 //! schema types (`user_message_chunk`, `agent_message_chunk`,
 //! `agent_thought_chunk`, `tool_call`, `tool_call_update`). Facts it has none
-//! for (`turn_ended`, `session_closed`) go out as `_berth/agentEvent`, which a
+//! for (`turn_ended`, `session_closed`, the suspension lifecycle unless the
+//! client declared `suspendUpdates`) go out as `_berth/agentEvent`, which a
 //! stock client ignores (DESIGN.md, "Adapters"). Every notification carries
 //! `_meta.berth.eventId`; a replayed one also `_meta.berth.replayed: true`.
 
@@ -94,11 +95,68 @@ fn user_chunks(notice: &SessionNotice, blocks: &[Value], message_id: Option<&str
         .collect()
 }
 
+/// How one connection wants events rendered.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RenderOptions {
+    /// The client declared `clientCapabilities._meta.berth.suspendUpdates`:
+    /// `suspended`/`resumed` go out as `session/update` variants (RFC
+    /// `SessionUpdate_Suspended` / `SessionUpdate_Resumed`) instead of
+    /// `_berth/agentEvent`.
+    pub suspend_updates: bool,
+}
+
+/// A `session/update` whose variant the ACP schema crate does not have yet
+/// (the suspend RFC's `suspended` / `resumed`), built as JSON.
+fn raw_update(notice: &SessionNotice, mut update: Value) -> String {
+    let meta = Value::Object(berth_meta(notice).into_iter().collect());
+    update["_meta"] = meta.clone();
+    encode_notification(
+        "session/update",
+        json!({"sessionId": notice.session_id, "update": update, "_meta": meta}),
+    )
+}
+
 /// The frames one notice renders to (a prompt with several blocks renders to
 /// one `user_message_chunk` per block; everything else to exactly one frame).
-pub fn render_notice(notice: &SessionNotice) -> Vec<String> {
+pub fn render_notice(notice: &SessionNotice, options: RenderOptions) -> Vec<String> {
     let event = &notice.record.event;
     match event {
+        SessionEvent::Suspended {
+            handle,
+            reason,
+            initiator,
+            suspended_at,
+            resume_when,
+            ..
+        } if options.suspend_updates => vec![raw_update(
+            notice,
+            json!({
+                "sessionUpdate": "suspended",
+                "handle": handle,
+                "reason": reason,
+                "initiator": initiator,
+                "suspendedAt": suspended_at,
+                "resumeWhen": resume_when,
+            }),
+        )],
+        SessionEvent::Resumed {
+            handle,
+            cause,
+            had_resume_input,
+            continue_transcript,
+            resumed_at,
+            ..
+        } if options.suspend_updates => vec![raw_update(
+            notice,
+            json!({
+                "sessionUpdate": "resumed",
+                "handle": handle,
+                "cause": cause,
+                "hadResumeInput": had_resume_input,
+                "continueTranscript": continue_transcript,
+                "resumedAt": resumed_at,
+            }),
+        )],
         SessionEvent::TurnStarted { prompt, .. } => user_chunks(notice, &prompt.0, None),
         // Delivery of an injected message is echoed with its message id.
         SessionEvent::InjectionDelivered { injection, .. } => {
@@ -159,6 +217,10 @@ pub fn render_notice(notice: &SessionNotice) -> Vec<String> {
         | SessionEvent::TurnRolledBack { .. }
         | SessionEvent::TurnRedone { .. }
         | SessionEvent::PermissionRequested { .. }
-        | SessionEvent::PermissionResolved { .. } => vec![agent_event(notice, event)],
+        | SessionEvent::PermissionResolved { .. }
+        | SessionEvent::SuspendRequested { .. }
+        | SessionEvent::Suspended { .. }
+        | SessionEvent::Resumed { .. }
+        | SessionEvent::SuspensionCancelled { .. } => vec![agent_event(notice, event)],
     }
 }

@@ -17,8 +17,8 @@ mod turn;
 
 pub use control::{CallCancel, TurnControl};
 pub use turn::{
-    check_resumable, config_fingerprint, resume_turn, run_turn, ExecutionSuspended, ResumeRefusal,
-    TurnDeps, TurnExit, TurnOutcome, TurnSpec,
+    check_resumable, config_fingerprint, config_fingerprint_of, resume_turn, run_turn,
+    ExecutionSuspended, ResumeRefusal, TurnDeps, TurnExit, TurnOutcome, TurnSpec,
 };
 
 use async_trait::async_trait;

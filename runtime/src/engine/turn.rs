@@ -156,7 +156,16 @@ pub enum ResumeRefusal {
 /// SHA-256 (hex) of what a turn runs with: model name, tool specs, model-call
 /// limit. A frame records it; [`check_resumable`] compares it.
 pub fn config_fingerprint(spec: &TurnSpec, deps: &TurnDeps) -> String {
-    fingerprint(&(deps.model.name(), deps.tools.specs(), spec.max_model_calls))
+    config_fingerprint_of(deps.model.as_ref(), &deps.tools, spec.max_model_calls)
+}
+
+/// [`config_fingerprint`] from its parts (start-up recovery has no turn).
+pub fn config_fingerprint_of(
+    model: &dyn ModelProvider,
+    tools: &ToolSet,
+    max_model_calls: u32,
+) -> String {
+    fingerprint(&(model.name(), tools.specs(), max_model_calls))
 }
 
 /// Checks, before any effect, that `frame` can continue under `spec`/`deps`
@@ -166,7 +175,11 @@ pub fn config_fingerprint(spec: &TurnSpec, deps: &TurnDeps) -> String {
 ///
 /// # Errors
 /// The first [`ResumeRefusal`] that applies.
-pub fn check_resumable(frame: &Frame, spec: &TurnSpec, deps: &TurnDeps) -> Result<(), ResumeRefusal> {
+pub fn check_resumable(
+    frame: &Frame,
+    spec: &TurnSpec,
+    deps: &TurnDeps,
+) -> Result<(), ResumeRefusal> {
     if frame.version != FRAME_VERSION {
         return Err(ResumeRefusal::FrameVersion {
             found: frame.version,
@@ -188,7 +201,9 @@ pub fn check_resumable(frame: &Frame, spec: &TurnSpec, deps: &TurnDeps) -> Resul
         });
     }
     for outcome in &frame.tool_outcomes {
-        if outcome.status == ToolOutcomeStatus::Suspended && deps.tools.get(&outcome.call.name).is_none() {
+        if outcome.status == ToolOutcomeStatus::Suspended
+            && deps.tools.get(&outcome.call.name).is_none()
+        {
             return Err(ResumeRefusal::CompletionOwnerMissing {
                 tool: outcome.call.name.clone(),
             });
@@ -346,7 +361,12 @@ impl<'a> Turn<'a> {
 
     /// The frame for parking before the next model call.
     fn parked_before_model(&self, iteration: u32) -> Exit {
-        Exit::Suspend(Box::new(self.frame(Phase::Provider, iteration, vec![], vec![])))
+        Exit::Suspend(Box::new(self.frame(
+            Phase::Provider,
+            iteration,
+            vec![],
+            vec![],
+        )))
     }
 
     async fn resume(&mut self, frame: Frame, resume: &ResumeInput) -> Result<Terminal, Exit> {
@@ -686,11 +706,10 @@ impl<'a> Turn<'a> {
         if let Some(resume) = resume {
             let resumed = join_all(outcomes.iter().map(|outcome| async {
                 match &outcome.continuation {
-                    Some(continuation) if outcome.status == ToolOutcomeStatus::Suspended => {
-                        self.dispatch(&ctx, &outcome.call, Some((continuation, resume)))
-                            .await
-                            .map(Some)
-                    }
+                    Some(continuation) if outcome.status == ToolOutcomeStatus::Suspended => self
+                        .dispatch(&ctx, &outcome.call, Some((continuation, resume)))
+                        .await
+                        .map(Some),
                     _ => Ok(None),
                 }
             }))
@@ -938,10 +957,13 @@ impl<'a> Turn<'a> {
                     .emit(SessionEvent::ToolCallUpdate {
                         tool_call_id: call.id.clone(),
                         status: ToolCallStatus::InProgress,
-                        raw_output: Some(json!({"suspended": true, "continuation": parked.continuation})),
+                        raw_output: Some(
+                            json!({"suspended": true, "continuation": parked.continuation}),
+                        ),
                         content: Some(reason.clone()),
                     })
                     .await?;
+                let parked = *parked;
                 Ok(ToolOutcome {
                     continuation: Some(parked.continuation),
                     park: parked.park,

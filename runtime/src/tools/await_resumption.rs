@@ -121,7 +121,10 @@ impl Tool for AwaitResumption {
     fn title(&self, arguments: &Value) -> String {
         format!(
             "await resumption: {}",
-            arguments.get("reason").and_then(Value::as_str).unwrap_or("?")
+            arguments
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
         )
     }
 
@@ -134,14 +137,14 @@ impl Tool for AwaitResumption {
 
     async fn execute(&self, _ctx: &ToolContext, arguments: Value) -> Result<ToolExit, ToolError> {
         let park = parse_park(&arguments)?;
-        Ok(ToolExit::Suspended(ToolSuspension {
+        Ok(ToolExit::Suspended(Box::new(ToolSuspension {
             continuation: ToolContinuation {
                 tool: NAME.into(),
                 version: CONTINUATION_VERSION,
                 state: serde_json::to_value(&park).unwrap_or(Value::Null),
             },
             park: Some(park),
-        }))
+        })))
     }
 
     async fn resume_execution(

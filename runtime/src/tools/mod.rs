@@ -69,7 +69,7 @@ pub enum ToolExit {
     /// The call parked itself; the engine suspends the turn and, on resume,
     /// calls [`Tool::resume_execution`] with the continuation — it never
     /// re-dispatches the call.
-    Suspended(ToolSuspension),
+    Suspended(Box<ToolSuspension>),
 }
 
 impl From<ToolOutput> for ToolExit {

@@ -87,14 +87,14 @@ impl WaitForFile {
                 });
             }
             if ctx.suspend.is_cancelled() {
-                return Ok(ToolExit::Suspended(ToolSuspension {
+                return Ok(ToolExit::Suspended(Box::new(ToolSuspension {
                     continuation: ToolContinuation {
                         tool: NAME.into(),
                         version: CONTINUATION_VERSION,
                         state: serde_json::to_value(&wait).unwrap_or(Value::Null),
                     },
                     park: None,
-                }));
+                })));
             }
             let nap = self.poll.min(Duration::from_millis(wait.deadline_ms - now));
             tokio::select! {
@@ -243,7 +243,10 @@ mod tests {
         let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
         let tool = WaitForFile::default();
         let err = tool
-            .execute(&ctx, json!({"path": ctx.cwd.join("never"), "timeout_ms": 60}))
+            .execute(
+                &ctx,
+                json!({"path": ctx.cwd.join("never"), "timeout_ms": 60}),
+            )
             .await
             .unwrap_err();
         assert_eq!(err, ToolError::Timeout { timeout_ms: 60 });

@@ -79,10 +79,10 @@ pub(crate) async fn start(
         }));
         return Ok(());
     }
-    if let Err((e, reply)) = begin(myself, state, prompt, Some(reply), Prelude::default()).await {
-        if let Some(reply) = reply {
-            let _ = reply.send(Err(e));
-        }
+    if let Err((e, Some(reply))) =
+        begin(myself, state, prompt, Some(reply), Prelude::default()).await
+    {
+        let _ = reply.send(Err(e));
     }
     Ok(())
 }
@@ -346,9 +346,13 @@ async fn seal_ended(
     // A close stops the turn and takes precedence over a pending suspension.
     let parked = match record.suspend_request.take() {
         Some(request) if state.pending_close.is_empty() => {
-            let suspension = suspend::envelope(state, &request, None, None, now);
+            let suspension = suspend::envelope(&record, &request, None, None, now);
             batch = batch.put_suspension(&suspension);
-            events.extend(suspend::parked_events(state, &suspension, "session/suspend"));
+            events.extend(suspend::parked_events(
+                &state.env,
+                &suspension,
+                "session/suspend",
+            ));
             Some(suspension)
         }
         _ => None,
@@ -380,9 +384,12 @@ async fn seal_ended(
             }
             match parked {
                 Some(suspension) => suspend::parked(state, suspension),
-                None => suspend::fail_waiters(state, ControlError::SessionClosed {
-                    session_id: session_id.clone(),
-                }),
+                None => suspend::fail_waiters(
+                    state,
+                    ControlError::SessionClosed {
+                        session_id: session_id.clone(),
+                    },
+                ),
             }
             Ok(())
         }

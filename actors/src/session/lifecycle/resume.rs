@@ -84,9 +84,7 @@ async fn claim(
         json!({"sessionId": session_id, "handle": handle}),
         None,
     );
-    let prelude_batch = Batch::new()
-        .claim(&claim)
-        .delete_suspension(&session_id);
+    let prelude_batch = Batch::new().claim(&claim).delete_suspension(&session_id);
     let outcome = |turn_id| ResumeOutcome {
         handle: handle.clone(),
         cause: params.cause,
@@ -124,7 +122,9 @@ async fn claim(
                 .put_session(&record)
                 .open_turn(&open)
                 .put_frame(&frame);
-            commit(state, batch, events).await.map_err(|e| conflict(&session_id, &handle, e))?;
+            commit(state, batch, events)
+                .await
+                .map_err(|e| conflict(&session_id, &handle, e))?;
             state.record = record;
             state.suspension = None;
             let input = ResumeInput {
@@ -175,7 +175,8 @@ async fn claim(
             let text = if continue_transcript {
                 input_text(params.input.as_ref())
             } else {
-                record.context_from = state.transcript.len() as u64 + prelude.transcript.len() as u64;
+                record.context_from =
+                    state.transcript.len() as u64 + prelude.transcript.len() as u64;
                 let mut before: Vec<Message> = state
                     .transcript
                     .messages()
@@ -218,13 +219,17 @@ async fn claim(
 fn current(state: &SessionState, params: &ResumeParams) -> Result<Suspension, ControlError> {
     let session_id = state.record.session_id.clone();
     let used_up = |handle: &str| -> Result<Option<ControlError>, ControlError> {
-        Ok(state.env.journal.resume_claim(handle)?.map(|claim| ControlError::ResumeConflict {
-            session_id: session_id.clone(),
-            handle: Some(handle.to_owned()),
-            reason: ResumeConflict::AlreadyResumed {
-                claim: Box::new(claim),
-            },
-        }))
+        Ok(state
+            .env
+            .journal
+            .resume_claim(handle)?
+            .map(|claim| ControlError::ResumeConflict {
+                session_id: session_id.clone(),
+                handle: Some(handle.to_owned()),
+                reason: ResumeConflict::AlreadyResumed {
+                    claim: Box::new(claim),
+                },
+            }))
     };
     let not_suspended = || ControlError::ResumeConflict {
         session_id: session_id.clone(),
@@ -276,9 +281,10 @@ async fn commit(
         .collect();
     let batch = records.iter().fold(batch, |b, r| b.append(session_id, r));
     let ids = state.env.journal.commit(batch).await?;
-    state
-        .watchers
-        .publish(session_id, ids.into_iter().zip(records.into_iter().map(Arc::new)));
+    state.watchers.publish(
+        session_id,
+        ids.into_iter().zip(records.into_iter().map(Arc::new)),
+    );
     Ok(())
 }
 

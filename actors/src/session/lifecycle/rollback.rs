@@ -134,6 +134,14 @@ pub(crate) async fn rollback(
         state.record(vec![refuse(state, "prompt_active")]).await?;
         return Ok(json!({"status": "prompt_active"}));
     }
+    // A parked turn's frame is tied to the transcript it started from.
+    if let Some(suspension) = &state.suspension {
+        let handle = suspension.handle.clone();
+        state
+            .record(vec![refuse(state, "session_suspended")])
+            .await?;
+        return Err(ControlError::SessionSuspended { session_id, handle });
+    }
     let head = state.record.checkpoint_head;
     let seq = if redo { head + 1 } else { head };
     let checkpoint = match seq {

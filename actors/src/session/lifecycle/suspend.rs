@@ -16,13 +16,13 @@ use berth_runtime::event::{ControlStatus, EventRecord, SessionEvent};
 use berth_runtime::frame::{Frame, ToolOutcomeStatus};
 use berth_runtime::suspension::{Initiator, SuspendMode, SuspendRequest, Suspension};
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind, TerminalOwner};
-use berth_storage::Batch;
+use berth_storage::{Batch, SessionRecord};
 use chrono::{DateTime, Utc};
 use ractor::{ActorProcessingErr, RpcReplyPort};
 use serde_json::json;
 
-use super::super::receipt::{receipt, rejected};
-use super::super::{RunningTurn, SessionState};
+use super::super::receipt::{receipt, receipt_in, rejected};
+use super::super::{RunningTurn, SessionEnv, SessionState};
 use crate::error::ControlError;
 use crate::node::{PromptOutcome, SuspendOutcome, SuspendParams};
 
@@ -71,8 +71,8 @@ pub(crate) async fn suspend(
     let Some(turn) = &state.turn else {
         // Idle: park at once.
         let request = request(state, &params, now);
-        let suspension = envelope(state, &request, None, None, now);
-        let events = parked_events(state, &suspension, METHOD);
+        let suspension = envelope(&state.record, &request, None, None, now);
+        let events = parked_events(&state.env, &suspension, METHOD);
         let batch = Batch::new().put_suspension(&suspension);
         match state.record_with(batch, events).await {
             Ok(()) => {
@@ -162,7 +162,7 @@ fn request(state: &SessionState, params: &SuspendParams, now: DateTime<Utc>) -> 
 
 /// The durable envelope for `request`, parking `frame` (or an idle session).
 pub(crate) fn envelope(
-    state: &SessionState,
+    record: &SessionRecord,
     request: &SuspendRequest,
     frame: Option<Frame>,
     summary: Option<String>,
@@ -171,7 +171,7 @@ pub(crate) fn envelope(
     let summary = summary.or_else(|| Some(digest(frame.as_ref(), request.reason.as_deref())));
     Suspension {
         handle: request.handle.clone(),
-        session_id: state.record.session_id.clone(),
+        session_id: record.session_id.clone(),
         reason: request.reason.clone(),
         initiator: request.initiator,
         actor: request.actor.clone(),
@@ -181,7 +181,7 @@ pub(crate) fn envelope(
         suspended_at: now,
         turn_id: frame.as_ref().map(|f| f.turn_id.clone()),
         frame,
-        parent_session_id: state.record.parent_session_id.clone(),
+        parent_session_id: record.parent_session_id.clone(),
         span_links: Vec::new(),
     }
 }
@@ -198,7 +198,7 @@ fn digest(frame: Option<&Frame>, reason: Option<&str>) -> String {
         .filter(|o| o.status == ToolOutcomeStatus::Suspended)
         .count();
     format!(
-        "parked{why} after {} model call(s); {} tool call(s) not started and {} waiting to continue run after resume",
+        "parked{why} after {} model call(s); on resume {} unstarted tool call(s) run and {} suspended one(s) continue",
         frame.accounting.model_calls,
         frame.unstarted_calls.len(),
         waiting
@@ -207,7 +207,7 @@ fn digest(frame: Option<&Frame>, reason: Option<&str>) -> String {
 
 /// The `suspended` event and its receipt.
 pub(crate) fn parked_events(
-    state: &SessionState,
+    env: &SessionEnv,
     suspension: &Suspension,
     method: &str,
 ) -> Vec<SessionEvent> {
@@ -222,8 +222,9 @@ pub(crate) fn parked_events(
             turn_id: suspension.turn_id.clone(),
             mode: suspension.mode,
         },
-        receipt(
-            state,
+        receipt_in(
+            env,
+            &suspension.session_id,
             method,
             &suspension.actor,
             ControlStatus::Accepted,
@@ -302,13 +303,14 @@ pub(crate) async fn park_turn(
     let (request, summary, method) = match record.suspend_request.take() {
         Some(request) => (request, None, METHOD),
         None => {
-            let park = suspended.park.clone().unwrap_or_else(|| {
-                berth_runtime::tools::AgentPark {
+            let park = suspended
+                .park
+                .clone()
+                .unwrap_or_else(|| berth_runtime::tools::AgentPark {
                     reason: "a tool suspended the turn".into(),
                     conditions: Default::default(),
                     summary: None,
-                }
-            });
+                });
             let request = SuspendRequest {
                 handle: state.env.config.ids.new_id("susp"),
                 mode: SuspendMode::FinishStep,
@@ -321,7 +323,7 @@ pub(crate) async fn park_turn(
             (request, park.summary, "session/await_resumption")
         }
     };
-    let suspension = envelope(state, &request, Some(frame), summary, now);
+    let suspension = envelope(&record, &request, Some(frame), summary, now);
     let late = turn.control.steering().drain_all();
     let mut events: Vec<SessionEvent> = late
         .into_iter()
@@ -330,7 +332,7 @@ pub(crate) async fn park_turn(
             reason: "the session suspended before this message was delivered".into(),
         })
         .collect();
-    events.extend(parked_events(state, &suspension, method));
+    events.extend(parked_events(&state.env, &suspension, method));
     let records: Vec<EventRecord> = events
         .into_iter()
         .map(|event| EventRecord { at: now, event })

@@ -27,11 +27,17 @@ pub const SCHEMA: &str = "berth.session_view.v1";
 /// SHA-256 over the canonical JSON (sorted keys, no whitespace) of every other
 /// field. `pending.approvals` lists tool calls waiting for a client's
 /// approval; `pending.auth` stays empty until providers can ask for logins.
+/// `run.status` is `idle`, `running`, `quiescing` (a suspend waits for the
+/// turn to settle), `suspended` (with `run.suspension`) or `closed`.
 pub(crate) fn view(state: &SessionState) -> Value {
-    let (status, turn_id) = match (&state.turn, state.record.closed_at) {
-        (_, Some(_)) => ("closed", None),
-        (Some(turn), None) => ("running", Some(turn.turn_id.clone())),
-        (None, None) => ("idle", None),
+    let (status, turn_id) = match (&state.turn, state.record.closed_at, &state.suspension) {
+        (_, Some(_), _) => ("closed", None),
+        (Some(turn), None, _) if state.record.suspend_request.is_some() => {
+            ("quiescing", Some(turn.turn_id.clone()))
+        }
+        (Some(turn), None, _) => ("running", Some(turn.turn_id.clone())),
+        (None, None, Some(s)) => ("suspended", s.turn_id.clone()),
+        (None, None, None) => ("idle", None),
     };
     let injections: Vec<Value> = state
         .turn
@@ -52,6 +58,18 @@ pub(crate) fn view(state: &SessionState) -> Value {
     let mut run = json!({ "status": status });
     if let Some(turn_id) = turn_id {
         run["turnId"] = json!(turn_id);
+    }
+    if let Some(s) = &state.suspension {
+        run["suspension"] = json!({
+            "handle": s.handle,
+            "reason": s.reason,
+            "initiator": s.initiator,
+            "suspendedAt": s.suspended_at,
+            "resumeWhen": s.resume_when,
+            "summary": s.summary,
+        });
+    } else if let Some(r) = &state.record.suspend_request {
+        run["suspension"] = json!({"handle": r.handle, "mode": r.mode, "state": "quiescing"});
     }
     let mut view = json!({
         "schema": SCHEMA,

@@ -9,7 +9,7 @@ use agent_client_protocol_schema::v1::{LoadSessionResponse, Meta, ResumeSessionR
 use serde_json::{json, Value};
 
 use super::new::{config_options, modes};
-use super::{session_id, to_value};
+use super::{session_id, suspend, to_value};
 use crate::connection::Connection;
 use crate::jsonrpc::RpcError;
 
@@ -46,9 +46,18 @@ pub(crate) async fn load(conn: &Connection, params: Value) -> Result<Value, RpcE
     )
 }
 
-/// Attaches this connection without replaying anything; later events arrive live.
+/// Attaches this connection without replaying anything; later events arrive
+/// live. When the session is suspended — or the request carries the suspend
+/// RFC's `input`, `continueTranscript` or a `handle` — it also claims the
+/// suspension and wakes the session ([`suspend::claim`]); the answer then
+/// carries `_meta.berth.resumed` and the resumed turn streams to this
+/// connection, ending with `_berth/agentEvent` `turn_ended`.
+///
+/// # Errors
+/// -32602 for a bad field; the claim's errors (-32009, -32012, -32005).
 pub(crate) async fn resume(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let id = session_id(&params)?;
+    let request = suspend::resume_request(&params)?;
     conn.node.attach(&id, conn.watcher(), false).await?;
     conn.mark_attached(&id);
     let last = conn
@@ -56,10 +65,14 @@ pub(crate) async fn resume(conn: &Connection, params: Value) -> Result<Value, Rp
         .journal()
         .last_event_id(&id)
         .map_err(RpcError::internal)?;
+    let mut meta = meta(last);
+    if let Some(outcome) = suspend::claim(conn, &id, request).await? {
+        meta["berth"]["resumed"] = suspend::resumed_meta(&outcome);
+    }
     to_value(
         ResumeSessionResponse::new()
             .modes(modes())
             .config_options(config_options(&conn.node))
-            .meta(meta(last)),
+            .meta(meta),
     )
 }

@@ -1,16 +1,33 @@
 //! `initialize` (ACP "Initialization").
 
 use agent_client_protocol_schema::v1::{
-    AgentCapabilities, Implementation, InitializeRequest, InitializeResponse, PromptCapabilities,
-    SessionCapabilities, SessionCloseCapabilities, SessionListCapabilities,
+    AgentCapabilities, Implementation, InitializeRequest, InitializeResponse, Meta,
+    PromptCapabilities, SessionCapabilities, SessionCloseCapabilities, SessionListCapabilities,
     SessionResumeCapabilities,
 };
 use agent_client_protocol_schema::ProtocolVersion;
-use serde_json::Value;
+use berth_runtime::suspension::ResumeCause;
+use serde_json::{json, Value};
 
 use super::{parse, to_value};
 use crate::connection::Connection;
 use crate::jsonrpc::RpcError;
+
+/// The suspend RFC's agent capabilities, under `agentCapabilities._meta.berth`
+/// (ACP forbids custom root fields). `resumeCauses` lists what can wake a
+/// session in this build: an explicit `session/resume`.
+fn suspend_capabilities() -> Meta {
+    let mut meta = Meta::new();
+    meta.insert(
+        "berth".into(),
+        json!({
+            "supportsSuspend": true,
+            "supportsAwaitResumption": true,
+            "resumeCauses": [ResumeCause::ExplicitResume],
+        }),
+    );
+    meta
+}
 
 /// Negotiates protocol version 1 and advertises what berth implements:
 /// `loadSession`, `sessionCapabilities.{list, resume, close}`, and prompt
@@ -19,6 +36,7 @@ use crate::jsonrpc::RpcError;
 pub(crate) fn initialize(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let request: InitializeRequest = parse(params)?;
     if let Ok(caps) = serde_json::to_value(&request.client_capabilities) {
+        conn.extensions.declare(&caps);
         *conn
             .client_capabilities
             .lock()
@@ -32,7 +50,8 @@ pub(crate) fn initialize(conn: &Connection, params: Value) -> Result<Value, RpcE
                 .list(SessionListCapabilities::new())
                 .resume(SessionResumeCapabilities::new())
                 .close(SessionCloseCapabilities::new()),
-        );
+        )
+        .meta(suspend_capabilities());
     to_value(
         InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(capabilities)

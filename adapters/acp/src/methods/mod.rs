@@ -11,6 +11,7 @@ mod list;
 mod modes;
 mod new;
 mod prompt;
+mod suspend;
 
 use berth_runtime::ids::SessionId;
 use serde::de::DeserializeOwned;
@@ -37,6 +38,7 @@ pub async fn handle_request(
         "session/load" => attach::load(conn, params).await,
         "session/resume" => attach::resume(conn, params).await,
         "session/close" => close::close(conn, params).await,
+        "session/suspend" => suspend::suspend(conn, params).await,
         "session/cancel_tool_call" => cancel::cancel_tool_call(conn, params).await,
         "session/inject" => inject::inject(conn, params).await,
         "session/revoke_inject" => inject::revoke(conn, params).await,

@@ -6,6 +6,7 @@ use agent_client_protocol_schema::v1::{
 };
 use berth_actors::node::{NewSession, DEFAULT_MODE_ID};
 use berth_actors::Node;
+use berth_runtime::ids::SessionId;
 use serde_json::{json, Value};
 
 use super::{list::session_entry, parse, to_value};
@@ -41,6 +42,16 @@ pub(crate) async fn new_session(conn: &Connection, mut params: Value) -> Result<
     if let Value::Object(obj) = &mut params {
         obj.entry("mcpServers").or_insert_with(|| json!([]));
     }
+    let parent = match params.pointer("/_meta/berth/parentSessionId") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() => Some(SessionId(s.clone())),
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "_meta.berth.parentSessionId",
+                "must be a non-empty string",
+            ))
+        }
+    };
     let request: NewSessionRequest = parse(params)?;
     let mcp_servers = request
         .mcp_servers
@@ -54,6 +65,7 @@ pub(crate) async fn new_session(conn: &Connection, mut params: Value) -> Result<
             cwd: request.cwd,
             additional_directories: request.additional_directories,
             mcp_servers,
+            parent_session_id: parent,
         })
         .await?;
     conn.ensure_attached(&record.session_id).await?;

@@ -57,11 +57,14 @@ pub(crate) async fn prompt(conn: &Connection, params: Value) -> Result<Value, Rp
         .map_err(RpcError::internal)?;
     conn.ensure_attached(&session_id).await?;
     let outcome = conn.node.prompt(&session_id, Prompt(blocks)).await?;
-    let berth = json!({
+    let mut berth = json!({
         "terminal": outcome.terminal,
         "turnId": outcome.turn_id,
         "usage": outcome.usage,
     });
+    if let Some(handle) = &outcome.suspension_handle {
+        berth["handle"] = json!(handle);
+    }
     let Some(stop) = outcome.stop_reason else {
         return Err(RpcError::new(
             -32603,

@@ -1,0 +1,210 @@
+//! `session/suspend` and the enriched `session/resume`
+//! (`seeds/acp-session-suspend-rfc.md`, "Proposed wire format").
+
+use berth_actors::{ResumeOutcome, ResumeParams, SuspendParams};
+use berth_runtime::ids::SessionId;
+use berth_runtime::suspension::{Initiator, ResumeCause, ResumeConditions, SuspendMode};
+use serde_json::{json, Map, Value};
+
+use super::{attach_controller, receipt_unknown_session, session_id};
+use crate::connection::Connection;
+use crate::jsonrpc::RpcError;
+
+/// Longest `reason` accepted (characters).
+const MAX_REASON: usize = 4096;
+
+/// The params object, refusing keys the method does not define.
+fn object<'a>(params: &'a Value, allowed: &[&str]) -> Result<&'a Map<String, Value>, RpcError> {
+    let Some(object) = params.as_object() else {
+        return Err(RpcError::invalid_params("params", "must be an object"));
+    };
+    if let Some(key) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(RpcError::invalid_params(
+            key,
+            format!("unknown field (expected one of {})", allowed.join(", ")),
+        ));
+    }
+    Ok(object)
+}
+
+fn optional_string(object: &Map<String, Value>, key: &str) -> Result<Option<String>, RpcError> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.chars().count() <= MAX_REASON => Ok(Some(s.clone())),
+        Some(Value::String(_)) => Err(RpcError::invalid_params(
+            key,
+            format!("longer than {MAX_REASON} characters"),
+        )),
+        Some(_) => Err(RpcError::invalid_params(key, "must be a string")),
+    }
+}
+
+/// `session/suspend {sessionId, reason?, resumeWhen?, mode?, _meta?}`: answers
+/// `{handle, reason, suspendedAt, resumeWhen, summary}` once the suspension
+/// is durable (at once for an idle session; when the running turn reaches the
+/// seam the mode names otherwise). A suspended session answers its existing
+/// handle (`_meta.berth.alreadySuspended: true`).
+///
+/// # Errors
+/// -32602 naming the field (`mode`, `resumeWhen.timeout.durationMinutes`, …);
+/// -32004 unknown session; -32005 closed.
+pub(crate) async fn suspend(conn: &Connection, params: Value) -> Result<Value, RpcError> {
+    let id = session_id(&params)?;
+    let object = object(
+        &params,
+        &["sessionId", "reason", "resumeWhen", "mode", "_meta"],
+    )?;
+    let reason = optional_string(object, "reason")?;
+    let mode = match object.get("mode") {
+        None | Some(Value::Null) => SuspendMode::FinishStep,
+        Some(value) => serde_json::from_value(value.clone()).map_err(|_| {
+            RpcError::invalid_params(
+                "mode",
+                "must be one of finish_step, interrupt_immediate, wait_for_completion",
+            )
+        })?,
+    };
+    let resume_when = match object.get("resumeWhen") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(
+            ResumeConditions::parse(value, "resumeWhen")
+                .map_err(|e| RpcError::invalid_params(&e.field, e.reason))?,
+        ),
+    };
+    attach_controller(conn, "session/suspend", &id).await?;
+    let outcome = conn
+        .node
+        .suspend(
+            &id,
+            SuspendParams {
+                mode,
+                reason,
+                resume_when,
+                actor: conn.actor(),
+                initiator: Initiator::Client,
+            },
+        )
+        .await
+        .map_err(|e| receipt_unknown_session(conn, "session/suspend", &id, e))?;
+    Ok(json!({
+        "handle": outcome.handle,
+        "reason": outcome.reason,
+        "suspendedAt": outcome.suspended_at,
+        "resumeWhen": outcome.resume_when,
+        "summary": outcome.summary,
+        "_meta": {"berth": {
+            "initiator": outcome.initiator,
+            "alreadySuspended": outcome.already_suspended,
+            "state": "suspended",
+        }},
+    }))
+}
+
+/// What a `session/resume` asks beyond ACP #1726's silent restore.
+pub(crate) struct ResumeRequest {
+    /// The handle to claim (`handle`, or `_meta.berth.handle`).
+    pub handle: Option<String>,
+    /// RFC `input`.
+    pub input: Option<Value>,
+    /// RFC `continueTranscript` (default true).
+    pub continue_transcript: bool,
+    /// Whether any of the three was given: the caller means to wake a
+    /// suspension, and a session with none to claim is an error.
+    pub explicit: bool,
+}
+
+/// Reads the suspend RFC's resume fields. `cwd` and `mcpServers` (ACP) are
+/// accepted and ignored.
+///
+/// # Errors
+/// -32602 naming the field.
+pub(crate) fn resume_request(params: &Value) -> Result<ResumeRequest, RpcError> {
+    let object = object(
+        params,
+        &[
+            "sessionId",
+            "cwd",
+            "mcpServers",
+            "additionalDirectories",
+            "input",
+            "continueTranscript",
+            "handle",
+            "_meta",
+        ],
+    )?;
+    let handle = match object
+        .get("handle")
+        .or_else(|| params.pointer("/_meta/berth/handle"))
+    {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "handle",
+                "must be a non-empty string",
+            ))
+        }
+    };
+    let continue_transcript = match object.get("continueTranscript") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "continueTranscript",
+                "must be a boolean",
+            ))
+        }
+    };
+    let input = object.get("input").filter(|v| !v.is_null()).cloned();
+    Ok(ResumeRequest {
+        explicit: handle.is_some() || input.is_some() || continue_transcript.is_some(),
+        handle,
+        input,
+        continue_transcript: continue_transcript.unwrap_or(true),
+    })
+}
+
+/// Claims the session's suspension for this connection (`explicit_resume`).
+/// A plain resume of a suspended session claims the handle it saw, so a
+/// racing loser gets `already_resumed` rather than a silent attach.
+///
+/// # Errors
+/// -32009 (`already_resumed` / `not_suspended`), -32012, -32005, -32004.
+pub(crate) async fn claim(
+    conn: &Connection,
+    id: &SessionId,
+    request: ResumeRequest,
+) -> Result<Option<ResumeOutcome>, RpcError> {
+    let current = conn.node.suspension(id).map_err(RpcError::from)?;
+    if !request.explicit && current.is_none() {
+        return Ok(None);
+    }
+    let handle = request.handle.or(current.map(|s| s.handle));
+    let outcome = conn
+        .node
+        .resume(
+            id,
+            ResumeParams {
+                handle,
+                input: request.input,
+                continue_transcript: request.continue_transcript,
+                cause: ResumeCause::ExplicitResume,
+                actor: conn.actor(),
+            },
+        )
+        .await
+        .map_err(|e| receipt_unknown_session(conn, "session/resume", id, e))?;
+    Ok(Some(outcome))
+}
+
+/// `_meta.berth.resumed` of the resume answer.
+pub(crate) fn resumed_meta(outcome: &ResumeOutcome) -> Value {
+    json!({
+        "handle": outcome.handle,
+        "cause": outcome.cause,
+        "resumedAt": outcome.resumed_at,
+        "hadResumeInput": outcome.had_resume_input,
+        "continueTranscript": outcome.continue_transcript,
+        "turnId": outcome.turn_id,
+    })
+}
