@@ -33,8 +33,9 @@
 //! plays the *n*-th piece, so the script position is derived from the request
 //! alone (deterministic, and resumable from a frame). A piece ends with
 //! `end_turn` unless it ends in tool calls or a `stop` step. Strings in `text`,
-//! `thought` and tool arguments expand `{cwd}` (the session directory) and
-//! `{input}` (the latest user message). Tool call ids are
+//! `thought` and tool arguments expand `{cwd}` (the session directory),
+//! `{input}` (the latest user message) and `{last_tool_result}` (the content of
+//! the latest tool result the model reads). Tool call ids are
 //! `<turn id>_<model call>_<index>`. Without a `usage` step, usage is estimated
 //! as characters / 4.
 
@@ -244,8 +245,17 @@ fn cut_into_responses(steps: Vec<Step>) -> Vec<Vec<Step>> {
 }
 
 fn expand(s: &str, request: &ModelRequest) -> String {
+    let last_tool = request
+        .messages()
+        .rev()
+        .find_map(|m| match m {
+            crate::history::Message::Tool { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .unwrap_or("");
     s.replace("{cwd}", &request.cwd.to_string_lossy())
         .replace("{input}", request.latest_user_text())
+        .replace("{last_tool_result}", last_tool)
 }
 
 fn expand_value(v: &Value, request: &ModelRequest) -> Value {
