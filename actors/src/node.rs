@@ -149,6 +149,8 @@ pub struct SessionStatus {
     pub active_prompt: bool,
     /// Last event id (0: no events yet).
     pub last_event_id: EventId,
+    /// The handle of the session's suspension, while it is parked.
+    pub suspension_handle: Option<String>,
 }
 
 /// Errors starting a node.
@@ -599,11 +601,17 @@ impl Node {
             }
         }
         let last_event_id = self.env.journal.last_event_id(&record.session_id)?;
+        let suspension_handle = self
+            .env
+            .journal
+            .suspension(&record.session_id)?
+            .map(|s| s.handle);
         Ok(SessionStatus {
             record,
             live: false,
             active_prompt: false,
             last_event_id,
+            suspension_handle,
         })
     }
 

@@ -10,5 +10,6 @@ pub(crate) fn status(state: &SessionState) -> SessionStatus {
         live: true,
         active_prompt: state.turn.is_some(),
         last_event_id: state.watchers.last_event_id(),
+        suspension_handle: state.suspension.as_ref().map(|s| s.handle.clone()),
     }
 }

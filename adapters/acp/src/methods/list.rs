@@ -44,6 +44,9 @@ pub(crate) fn session_entry(status: &SessionStatus) -> SessionInfo {
     if let Some(closed) = record.closed_at {
         berth["closedAt"] = json!(closed.to_rfc3339());
     }
+    if let Some(handle) = &status.suspension_handle {
+        berth["suspended"] = json!({"handle": handle});
+    }
     let mut meta = Meta::new();
     meta.insert("berth".into(), berth);
     SessionInfo::new(record.session_id.to_string(), record.cwd.clone())

@@ -74,6 +74,7 @@ pub(crate) async fn new_session(conn: &Connection, mut params: Value) -> Result<
         live: true,
         active_prompt: false,
         last_event_id: 0,
+        suspension_handle: None,
     });
     // The seed's `session` object (the `session/list` entry) rides in
     // `_meta.berth`: ACP forbids custom root fields on its types.

@@ -86,7 +86,7 @@ pub(crate) async fn suspend(conn: &Connection, params: Value) -> Result<Value, R
         )
         .await
         .map_err(|e| receipt_unknown_session(conn, "session/suspend", &id, e))?;
-    Ok(json!({
+    let mut answer = json!({
         "handle": outcome.handle,
         "reason": outcome.reason,
         "suspendedAt": outcome.suspended_at,
@@ -97,7 +97,12 @@ pub(crate) async fn suspend(conn: &Connection, params: Value) -> Result<Value, R
             "alreadySuspended": outcome.already_suspended,
             "state": "suspended",
         }},
-    }))
+    });
+    // The RFC's optional fields are omitted rather than null.
+    if let Value::Object(fields) = &mut answer {
+        fields.retain(|_, v| !v.is_null());
+    }
+    Ok(answer)
 }
 
 /// What a `session/resume` asks beyond ACP #1726's silent restore.
