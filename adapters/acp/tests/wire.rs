@@ -35,6 +35,9 @@ steps = [
   { text = "wrote v2" },
 ]
 [[rules]]
+match = "short job"
+steps = [ { tool_call = { name = "shell", arguments = { command = "sleep 0.2; echo ran >> jobs.log" } } }, { text = "after the job" } ]
+[[rules]]
 match = "two jobs"
 steps = [
   { tool_calls = [
@@ -1029,4 +1032,165 @@ async fn rollback_never_overwrites_blindly_nor_hangs_on_special_files() {
     c.call("session/close", json!({"sessionId": sid})).await;
     let (r, _) = c.exchange("session/redo", json!({"sessionId": sid})).await;
     assert_eq!(error_of(&r).0, -32005);
+}
+
+/// Suspends a session while its "short job" turn runs (finish_step): answers
+/// the suspend's result and the prompt's response.
+async fn suspend_mid_turn(c: &mut Client, sid: &str) -> (Value, Value) {
+    let prompt = c.prompt(sid, "short job").await;
+    c.until_in_progress().await;
+    let suspended = c
+        .call(
+            "session/suspend",
+            json!({"sessionId": sid, "reason": "review"}),
+        )
+        .await;
+    let (answer, _) = c.response(prompt).await;
+    (suspended, answer)
+}
+
+#[tokio::test]
+async fn cancel_or_close_drop_a_parked_turn_and_use_up_its_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let (suspended, answer) = suspend_mid_turn(&mut c, &sid).await;
+    let handle = suspended["result"]["handle"].as_str().unwrap().to_owned();
+    assert_eq!(answer["result"]["stopReason"], "end_turn");
+    assert_eq!(
+        answer["result"]["_meta"]["berth"]["terminal"]["kind"],
+        "suspended"
+    );
+    assert_eq!(
+        answer["result"]["_meta"]["berth"]["terminal"]["owner"],
+        "user"
+    );
+    assert_eq!(
+        answer["result"]["_meta"]["berth"]["handle"],
+        handle.as_str()
+    );
+    // The parked turn is work: cancel drops it.
+    let r = c.call("session/cancel", json!({"sessionId": sid})).await;
+    assert_eq!(r["result"]["status"], "cancelled", "{r}");
+    let r = c
+        .call(
+            "session/resume",
+            json!({"sessionId": sid, "handle": handle}),
+        )
+        .await;
+    let (code, data) = error_of(&r);
+    assert_eq!(code, -32009);
+    assert_eq!(data["reason"], "already_resumed");
+    assert_eq!(data["claim"]["kind"], "cancelled");
+    // The session is idle again and promptable; its transcript is whole.
+    let r = c.call_prompt(&sid, "hi").await;
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    // Close while suspended: the resume fails, a second close is idempotent.
+    let (suspended, _) = suspend_mid_turn(&mut c, &sid).await;
+    let handle = suspended["result"]["handle"].as_str().unwrap().to_owned();
+    assert_eq!(
+        c.call("session/close", json!({"sessionId": sid})).await["result"],
+        json!({})
+    );
+    let r = c
+        .call(
+            "session/resume",
+            json!({"sessionId": sid, "handle": handle}),
+        )
+        .await;
+    assert_eq!(error_of(&r).0, -32009, "{r}");
+    assert_eq!(
+        c.call("session/close", json!({"sessionId": sid})).await["result"],
+        json!({})
+    );
+    let r = c
+        .call("session/resume", json!({"sessionId": sid, "input": "go"}))
+        .await;
+    assert_eq!(error_of(&r).0, -32005, "{r}");
+    let ran = std::fs::read_to_string(dir.path().join("jobs.log")).unwrap();
+    assert_eq!(
+        ran, "ran\nran\n",
+        "each suspended job ran once and never again"
+    );
+}
+
+#[tokio::test]
+async fn suspend_params_are_validated_naming_the_field_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let cases = [
+        (json!({"mode": "later"}), "mode"),
+        (
+            json!({"resumeWhen": {"timeout": {"durationMinutes": 0}}}),
+            "resumeWhen.timeout.durationMinutes",
+        ),
+        (
+            json!({"resumeWhen": {"timeout": {"durationMinutes": "5"}}}),
+            "resumeWhen.timeout.durationMinutes",
+        ),
+        (
+            json!({"resumeWhen": {"timeout": {"durationMinutes": 1, "onTimeout": "explode"}}}),
+            "resumeWhen.timeout.onTimeout",
+        ),
+        (json!({"resumeWhen": {"onEvent": ""}}), "resumeWhen.onEvent"),
+        (json!({"resumeWhen": {"when": "soon"}}), "resumeWhen.when"),
+        (
+            json!({"resumeWhen": {"trigger": {"cron": "not cron"}}}),
+            "resumeWhen.trigger.cron",
+        ),
+        (json!({"reason": 5}), "reason"),
+        (json!({"later": true}), "later"),
+    ];
+    for (extra, field) in cases {
+        let mut params = json!({"sessionId": sid});
+        for (k, v) in extra.as_object().unwrap() {
+            params[k] = v.clone();
+        }
+        let r = c.call("session/suspend", params.clone()).await;
+        let (code, data) = error_of(&r);
+        assert_eq!(
+            (code, data["field"].as_str()),
+            (-32602, Some(field)),
+            "{params} -> {r}"
+        );
+    }
+    let view = c
+        .call("berth.session_view.query", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(view["result"]["run"]["status"], "idle");
+    let r = c
+        .call(
+            "session/suspend",
+            json!({"sessionId": sid, "resumeWhen": {"timeout": {"durationMinutes": 0.001}}}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["resumeWhen"]["timeout"]["durationMinutes"],
+        0.001
+    );
+    let r = c
+        .call(
+            "session/resume",
+            json!({"sessionId": sid, "continueTranscript": "no"}),
+        )
+        .await;
+    assert_eq!(
+        error_of(&r),
+        (
+            -32602,
+            json!({"field": "continueTranscript", "reason": "must be a boolean"})
+        )
+    );
+    let r = c.call("session/resume", json!({"sessionId": sid})).await;
+    assert!(
+        r["result"]["_meta"]["berth"]["resumed"]["handle"].is_string(),
+        "{r}"
+    );
+    let r = c
+        .call("session/resume", json!({"sessionId": sid, "input": "x"}))
+        .await;
+    assert_eq!(error_of(&r).1["reason"], "not_suspended");
 }

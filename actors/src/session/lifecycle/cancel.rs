@@ -45,6 +45,41 @@ pub(crate) async fn cancel(
         )
     };
     let target = json!({"sessionId": state.record.session_id});
+    // A turn parked by a suspension is work too: cancelling drops it (the
+    // suspension's handle is used up, the turn sealed `user_cancelled`).
+    let parked_turn =
+        state.turn.is_none() && state.suspension.as_ref().is_some_and(|s| s.frame.is_some());
+    if parked_turn {
+        let mut record = state.record.clone();
+        let cancelled = super::suspend::cancel_suspension(
+            state,
+            &mut record,
+            actor,
+            Terminal::new(
+                TerminalKind::UserCancelled,
+                "a client sent session/cancel while the session was suspended",
+            ),
+            "the suspended turn was cancelled",
+        );
+        if let Some((batch, mut events, appended)) = cancelled {
+            events.push(receipt(
+                state,
+                "session/cancel",
+                actor,
+                ControlStatus::Accepted,
+                "cancelled",
+                target,
+                Some("suspended_turn"),
+            ));
+            state
+                .record_with(batch.put_session(&record), events)
+                .await?;
+            state.record = record;
+            state.suspension = None;
+            state.transcript.extend(appended);
+            return Ok(CancelStatus::Cancelled);
+        }
+    }
     state
         .record(vec![receipt(
             state,

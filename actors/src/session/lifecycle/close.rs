@@ -1,14 +1,12 @@
 //! `session/close`: cancel, flush, drop (`remote-session-control.md`, "Stop").
 
 use berth_runtime::event::{ControlStatus, SessionEvent};
-use berth_runtime::suspension::{ResumeClaim, ResumeClaimKind};
 use berth_runtime::terminal::{Terminal, TerminalKind};
 use berth_storage::Batch;
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::json;
 
 use super::super::receipt::receipt;
-use super::super::seal::seal_parked;
 use super::super::{SessionMsg, SessionState};
 use crate::error::ControlError;
 
@@ -74,40 +72,24 @@ pub(crate) async fn finalize(
     let mut batch = Batch::new();
     let mut events = Vec::new();
     let mut appended = Vec::new();
-    // Close while suspended cancels the suspension: its handle is used up
-    // (a later resume gets `already_resumed`, kind `cancelled`) and a parked
-    // turn is sealed.
-    if let Some(suspension) = &state.suspension {
-        let actor = pending.first().map_or("host", |(a, _)| a.as_str());
-        batch = batch
-            .claim(&ResumeClaim {
-                handle: suspension.handle.clone(),
-                session_id: record.session_id.clone(),
-                kind: ResumeClaimKind::Cancelled,
-                cause: None,
-                actor: actor.to_owned(),
-                claimed_at: now,
-            })
-            .delete_suspension(&record.session_id);
-        events.push(SessionEvent::SuspensionCancelled {
-            handle: suspension.handle.clone(),
-            reason: "session/close while suspended".into(),
-        });
-        if let Some(frame) = &suspension.frame {
-            let (ops, sealed, messages) = seal_parked(
-                &mut record,
-                state.transcript.len() as u64,
-                frame,
-                Terminal::new(
-                    TerminalKind::SessionClosed,
-                    "a client sent session/close while the session was suspended",
-                ),
-                "not run: the session was closed while suspended",
-            );
-            batch = batch.merge(ops);
-            events.extend(sealed);
-            appended = messages;
-        }
+    // Close while suspended cancels the suspension and seals a parked turn.
+    let actor = pending
+        .first()
+        .map_or("host", |(a, _)| a.as_str())
+        .to_owned();
+    if let Some((ops, cancelled, messages)) = super::suspend::cancel_suspension(
+        state,
+        &mut record,
+        &actor,
+        Terminal::new(
+            TerminalKind::SessionClosed,
+            "a client sent session/close while the session was suspended",
+        ),
+        "the session was closed while suspended",
+    ) {
+        batch = ops;
+        events = cancelled;
+        appended = messages;
     }
     events.push(SessionEvent::SessionClosed {});
     for (i, (actor, _)) in pending.iter().enumerate() {

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use berth_runtime::engine::ExecutionSuspended;
 use berth_runtime::event::{ControlStatus, EventRecord, SessionEvent};
 use berth_runtime::frame::{Frame, ToolOutcomeStatus};
-use berth_runtime::suspension::{Initiator, SuspendMode, SuspendRequest, Suspension};
+use berth_runtime::suspension::{
+    Initiator, ResumeClaim, ResumeClaimKind, SuspendMode, SuspendRequest, Suspension,
+};
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind, TerminalOwner};
 use berth_storage::{Batch, SessionRecord};
 use chrono::{DateTime, Utc};
@@ -22,6 +24,7 @@ use ractor::{ActorProcessingErr, RpcReplyPort};
 use serde_json::json;
 
 use super::super::receipt::{receipt, receipt_in, rejected};
+use super::super::seal::seal_parked;
 use super::super::{RunningTurn, SessionEnv, SessionState};
 use crate::error::ControlError;
 use crate::node::{PromptOutcome, SuspendOutcome, SuspendParams};
@@ -373,4 +376,53 @@ pub(crate) async fn park_turn(
             Err(Box::new(e))
         }
     }
+}
+
+/// The writes that cancel the session's suspension: the handle is used up
+/// (claim kind `cancelled`; a later resume gets `already_resumed` naming it),
+/// the envelope is removed, and a parked turn is sealed with `terminal`
+/// (see [`seal_parked`]). `record` gets the new checkpoint head. Returns the
+/// writes, the events and the transcript messages the seal appends; `None`
+/// when the session is not suspended.
+pub(crate) fn cancel_suspension(
+    state: &SessionState,
+    record: &mut SessionRecord,
+    actor: &str,
+    terminal: Terminal,
+    why: &str,
+) -> Option<(
+    Batch,
+    Vec<SessionEvent>,
+    Vec<berth_runtime::history::Message>,
+)> {
+    let suspension = state.suspension.as_ref()?;
+    let now = state.env.config.clock.now();
+    let mut batch = Batch::new()
+        .claim(&ResumeClaim {
+            handle: suspension.handle.clone(),
+            session_id: record.session_id.clone(),
+            kind: ResumeClaimKind::Cancelled,
+            cause: None,
+            actor: actor.to_owned(),
+            claimed_at: now,
+        })
+        .delete_suspension(&record.session_id);
+    let mut events = vec![SessionEvent::SuspensionCancelled {
+        handle: suspension.handle.clone(),
+        reason: why.to_owned(),
+    }];
+    let mut appended = Vec::new();
+    if let Some(frame) = &suspension.frame {
+        let (ops, sealed, messages) = seal_parked(
+            record,
+            state.transcript.len() as u64,
+            frame,
+            terminal,
+            &format!("not run: {why}"),
+        );
+        batch = batch.merge(ops);
+        events.extend(sealed);
+        appended = messages;
+    }
+    Some((batch, events, appended))
 }
