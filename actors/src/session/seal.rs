@@ -9,6 +9,7 @@ use berth_runtime::terminal::Terminal;
 use berth_storage::{Batch, StorageError, TurnCheckpoint};
 use serde_json::json;
 
+use super::lifecycle::suspend;
 use super::SessionEnv;
 
 /// What a tool call or permission request left unsettled reads as.
@@ -301,7 +302,6 @@ async fn recover_suspension(
     turn_events: &[SessionEvent],
 ) -> Result<(), StorageError> {
     use berth_runtime::frame::{Accounting, Frame, Phase, FRAME_VERSION};
-    use berth_runtime::suspension::{Initiator, SuspendMode, SuspendRequest};
     let session_id = record.session_id.clone();
     let now = env.config.clock.now();
     let (frame, unknown) = match frame {
@@ -341,24 +341,8 @@ async fn recover_suspension(
     let (request, method, summary) = match record.suspend_request.take() {
         Some(request) => (request, "session/suspend", None),
         None => {
-            let park = frame
-                .park()
-                .cloned()
-                .unwrap_or_else(|| berth_runtime::tools::AgentPark {
-                    reason: "the agent parked itself".into(),
-                    conditions: Default::default(),
-                    summary: None,
-                });
-            let request = SuspendRequest {
-                handle: env.config.ids.new_id("susp"),
-                mode: SuspendMode::FinishStep,
-                initiator: Initiator::Agent,
-                actor: "agent".into(),
-                reason: Some(park.reason),
-                resume_when: Some(park.conditions).filter(|c| !c.is_empty()),
-                requested_at: now,
-            };
-            (request, "session/await_resumption", park.summary)
+            let (request, summary) = suspend::agent_request(env, frame.park().cloned(), now);
+            (request, suspend::AGENT_METHOD, summary)
         }
     };
     // Loose ends: permission waits and undelivered injections as for a
@@ -371,26 +355,15 @@ async fn recover_suspension(
         })
         .collect();
     record.updated_at = now;
-    let suspension =
-        super::lifecycle::suspend::envelope(&record, &request, Some(frame), summary, now);
-    events.extend(super::lifecycle::suspend::parked_events(
-        env,
-        &suspension,
-        method,
-    ));
+    let suspension = suspend::envelope(&record, &request, Some(frame), summary, now);
+    events.extend(suspend::parked_events(env, &suspension, method));
     let records: Vec<EventRecord> = events
         .into_iter()
         .map(|event| EventRecord { at: now, event })
         .collect();
-    let batch = records.iter().fold(
-        Batch::new()
-            .put_session(&record)
-            .put_suspension(&suspension)
-            .delete_frame(&session_id)
-            .close_turn(&session_id),
-        |b, e| b.append(&session_id, e),
-    );
-    env.journal.commit(batch).await?;
+    env.journal
+        .commit(suspend::park_batch(&record, &suspension, &records))
+        .await?;
     tracing::warn!(session_id = %session_id, handle = %suspension.handle, "completed a suspension left quiescing");
     Ok(())
 }

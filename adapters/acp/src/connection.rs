@@ -173,6 +173,19 @@ struct ClientRequests {
 }
 
 impl ClientRequests {
+    /// A new request id and the receiver of the client's answer; `None` once
+    /// the client is gone.
+    fn register(&self) -> Option<(u64, oneshot::Receiver<Value>)> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let (answered, answer) = oneshot::channel::<Value>();
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        waiting.insert(id, answered);
+        Some((id, answer))
+    }
+
     /// The client is gone: every waiting request is answered "disconnected"
     /// and no new one is sent.
     fn close(&self) {
@@ -213,19 +226,9 @@ impl ConnectionWatcher {
         if notice.replayed || !self.extensions.await_resumption.load(Ordering::Acquire) {
             return;
         }
-        let id = self.requests.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let (answered, answer) = oneshot::channel::<Value>();
-        {
-            let mut waiting = self
-                .requests
-                .waiting
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if self.requests.closed.load(Ordering::Acquire) {
-                return;
-            }
-            waiting.insert(id, answered);
-        }
+        let Some((id, answer)) = self.requests.register() else {
+            return;
+        };
         let frame = json!({
             "jsonrpc": "2.0",
             "id": id,
@@ -273,19 +276,7 @@ impl Watcher for ConnectionWatcher {
         session_id: &SessionId,
         request: &PermissionRequest,
     ) -> Option<oneshot::Receiver<PermissionDecision>> {
-        let id = self.requests.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let (answered, answer) = oneshot::channel::<Value>();
-        {
-            let mut waiting = self
-                .requests
-                .waiting
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if self.requests.closed.load(Ordering::Acquire) {
-                return None;
-            }
-            waiting.insert(id, answered);
-        }
+        let (id, answer) = self.requests.register()?;
         let frame = json!({
             "jsonrpc": "2.0",
             "id": id,

@@ -312,14 +312,10 @@ async fn seal_ended(
     let terminal = outcome.terminal;
     let stop_reason = terminal.stop_reason();
     // Injections accepted after the turn's loop exited never reached it.
-    let late = turn.control.steering().drain_all();
-    let mut events: Vec<SessionEvent> = late
-        .into_iter()
-        .map(|injection| SessionEvent::InjectionDropped {
-            message_id: injection.message_id,
-            reason: "the turn ended before this message was delivered".into(),
-        })
-        .collect();
+    let mut events = suspend::drop_pending(
+        &turn.control,
+        "the turn ended before this message was delivered",
+    );
     events.push(SessionEvent::TurnEnded {
         turn_id: turn.turn_id.clone(),
         stop_reason,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use berth_runtime::content::Prompt;
 use berth_runtime::engine::{check_resumable, TurnControl};
-use berth_runtime::event::{ControlStatus, EventRecord, SessionEvent};
+use berth_runtime::event::{ControlStatus, SessionEvent};
 use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
 use berth_runtime::suspension::{ResumeClaim, ResumeClaimKind, Suspension};
@@ -122,7 +122,8 @@ async fn claim(
                 .put_session(&record)
                 .open_turn(&open)
                 .put_frame(&frame);
-            commit(state, batch, events)
+            state
+                .record_with(batch, events)
                 .await
                 .map_err(|e| conflict(&session_id, &handle, e))?;
             state.record = record;
@@ -196,17 +197,15 @@ async fn claim(
                 }
                 Err((e, _)) => {
                     state.record = saved;
-                    Err(match e {
-                        ControlError::Storage(e) => conflict(&session_id, &handle, e),
-                        e => e,
-                    })
+                    Err(conflict(&session_id, &handle, e))
                 }
             }
         }
         // An idle session with no input: it just wakes.
         _ => {
             let events = vec![resumed(None), accepted];
-            commit(state, prelude_batch, events)
+            state
+                .record_with(prelude_batch, events)
                 .await
                 .map_err(|e| conflict(&session_id, &handle, e))?;
             state.suspension = None;
@@ -267,40 +266,21 @@ async fn refuse(state: &SessionState, params: &ResumeParams, error: ControlError
     error
 }
 
-/// Commits `batch` with `events` appended, publishing them once durable.
-async fn commit(
-    state: &SessionState,
-    batch: Batch,
-    events: Vec<SessionEvent>,
-) -> Result<(), StorageError> {
-    let now = state.env.config.clock.now();
-    let session_id = &state.record.session_id;
-    let records: Vec<EventRecord> = events
-        .into_iter()
-        .map(|event| EventRecord { at: now, event })
-        .collect();
-    let batch = records.iter().fold(batch, |b, r| b.append(session_id, r));
-    let ids = state.env.journal.commit(batch).await?;
-    state.watchers.publish(
-        session_id,
-        ids.into_iter().zip(records.into_iter().map(Arc::new)),
-    );
-    Ok(())
-}
-
 /// A lost claim race is a typed conflict, not a storage failure.
 fn conflict(
     session_id: &berth_runtime::ids::SessionId,
     handle: &str,
-    error: StorageError,
+    error: ControlError,
 ) -> ControlError {
     match error {
-        StorageError::AlreadyClaimed { existing, .. } => ControlError::ResumeConflict {
-            session_id: session_id.clone(),
-            handle: Some(handle.to_owned()),
-            reason: ResumeConflict::AlreadyResumed { claim: existing },
-        },
-        e => ControlError::Storage(e),
+        ControlError::Storage(StorageError::AlreadyClaimed { existing, .. }) => {
+            ControlError::ResumeConflict {
+                session_id: session_id.clone(),
+                handle: Some(handle.to_owned()),
+                reason: ResumeConflict::AlreadyResumed { claim: existing },
+            }
+        }
+        e => e,
     }
 }
 

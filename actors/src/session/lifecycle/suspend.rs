@@ -33,6 +33,8 @@ use crate::node::{PromptOutcome, SuspendOutcome, SuspendParams};
 pub(crate) type SuspendReply = RpcReplyPort<Result<SuspendOutcome, ControlError>>;
 
 const METHOD: &str = "session/suspend";
+/// The method an agent's self-park is recorded under.
+pub(crate) const AGENT_METHOD: &str = "session/await_resumption";
 
 /// Handles `session/suspend`.
 ///
@@ -306,48 +308,21 @@ pub(crate) async fn park_turn(
     let (request, summary, method) = match record.suspend_request.take() {
         Some(request) => (request, None, METHOD),
         None => {
-            let park = suspended
-                .park
-                .clone()
-                .unwrap_or_else(|| berth_runtime::tools::AgentPark {
-                    reason: "a tool suspended the turn".into(),
-                    conditions: Default::default(),
-                    summary: None,
-                });
-            let request = SuspendRequest {
-                handle: state.env.config.ids.new_id("susp"),
-                mode: SuspendMode::FinishStep,
-                initiator: Initiator::Agent,
-                actor: "agent".into(),
-                reason: Some(park.reason),
-                resume_when: Some(park.conditions).filter(|c| !c.is_empty()),
-                requested_at: now,
-            };
-            (request, park.summary, "session/await_resumption")
+            let (request, summary) = agent_request(&state.env, suspended.park.clone(), now);
+            (request, summary, AGENT_METHOD)
         }
     };
     let suspension = envelope(&record, &request, Some(frame), summary, now);
-    let late = turn.control.steering().drain_all();
-    let mut events: Vec<SessionEvent> = late
-        .into_iter()
-        .map(|injection| SessionEvent::InjectionDropped {
-            message_id: injection.message_id,
-            reason: "the session suspended before this message was delivered".into(),
-        })
-        .collect();
+    let mut events = drop_pending(
+        &turn.control,
+        "the session suspended before this message was delivered",
+    );
     events.extend(parked_events(&state.env, &suspension, method));
     let records: Vec<EventRecord> = events
         .into_iter()
         .map(|event| EventRecord { at: now, event })
         .collect();
-    let batch = records.iter().fold(
-        Batch::new()
-            .put_session(&record)
-            .put_suspension(&suspension)
-            .delete_frame(&session_id)
-            .close_turn(&session_id),
-        |b, e| b.append(&session_id, e),
-    );
+    let batch = park_batch(&record, &suspension, &records);
     match state.env.journal.commit(batch).await {
         Ok(ids) => {
             state.record = record;
@@ -425,4 +400,64 @@ pub(crate) fn cancel_suspension(
         appended = messages;
     }
     Some((batch, events, appended))
+}
+
+/// The request an agent's self-park amounts to (initiator `agent`), and the
+/// summary it asked to show. A tool that yielded with no park and no client
+/// request behind it parks as the agent too.
+pub(crate) fn agent_request(
+    env: &SessionEnv,
+    park: Option<berth_runtime::tools::AgentPark>,
+    now: DateTime<Utc>,
+) -> (SuspendRequest, Option<String>) {
+    let park = park.unwrap_or_else(|| berth_runtime::tools::AgentPark {
+        reason: "a tool suspended the turn".into(),
+        conditions: Default::default(),
+        summary: None,
+    });
+    let request = SuspendRequest {
+        handle: env.config.ids.new_id("susp"),
+        mode: SuspendMode::FinishStep,
+        initiator: Initiator::Agent,
+        actor: "agent".into(),
+        reason: Some(park.reason),
+        resume_when: Some(park.conditions).filter(|c| !c.is_empty()),
+        requested_at: now,
+    };
+    (request, park.summary)
+}
+
+/// The writes that park a turn: the envelope and the record, the frame row
+/// and open-turn marker removed (the frame lives in the envelope now), and
+/// `records` appended — one batch.
+pub(crate) fn park_batch(
+    record: &SessionRecord,
+    suspension: &Suspension,
+    records: &[EventRecord],
+) -> Batch {
+    let session_id = &record.session_id;
+    records.iter().fold(
+        Batch::new()
+            .put_session(record)
+            .put_suspension(suspension)
+            .delete_frame(session_id)
+            .close_turn(session_id),
+        |b, e| b.append(session_id, e),
+    )
+}
+
+/// `InjectionDropped` for every message still waiting in a turn's queue.
+pub(crate) fn drop_pending(
+    control: &berth_runtime::engine::TurnControl,
+    reason: &str,
+) -> Vec<SessionEvent> {
+    control
+        .steering()
+        .drain_all()
+        .into_iter()
+        .map(|injection| SessionEvent::InjectionDropped {
+            message_id: injection.message_id,
+            reason: reason.to_owned(),
+        })
+        .collect()
 }
