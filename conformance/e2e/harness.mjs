@@ -1,7 +1,9 @@
 // Shared harness of the end-to-end tests in this directory (`*.test.mjs`):
 // each runs a real `berth serve` process and drives it with the OFFICIAL ACP
-// TypeScript SDK (`@agentclientprotocol/sdk`, pinned in package.json). This file
-// is not a test itself (`node --test` only picks up `*.test.mjs`).
+// TypeScript SDK (`@agentclientprotocol/sdk`, pinned in package.json), or, for
+// methods and fields the SDK does not have, with the raw JSON-RPC client
+// `RawClient` below. This file is not a test itself (`node --test` only picks
+// up `*.test.mjs`).
 //
 // Environment:
 //   BERTH_BIN=<path>        the berth binary (default `<repo>/target/debug/berth`)
@@ -80,6 +82,29 @@
 //   subtestRunner(t, {timeout, server})
 //                            `subtest(name, fn)`: a t.test with that timeout that
 //                            reports `server()` (a getter) when `fn` throws
+//   RpcError                 a JSON-RPC error answer as an Error: `code`,
+//                            `rpcMessage` (the answer's `message`), `data`
+//   RawClient                a raw JSON-RPC 2.0 client, for methods and fields
+//                            the SDK does not have (`session/suspend`, resume with
+//                            `input`, agent→client `session/await_resumption`):
+//                            `new RawClient(server, {name})` takes over
+//                            `server.stream` (instead of the SDK: one client per
+//                            server; the wire tap and dumps still see
+//                            every frame; each message is one JSON line on the
+//                            server's stdin / stdout) and matches answers to
+//                            requests by id. `.call(method, params)` resolves
+//                            `{result}` or `{error}` (never rejects, for races);
+//                            `.request(method, params, ms?, label?)` resolves the
+//                            result or rejects with an `RpcError` (or a timeout);
+//                            `.notify(method, params)`; `.notifications` (a
+//                            Recorder of `{method, params}`, wire order);
+//                            `.requests` (a Recorder of the agent's requests
+//                            `{id, method, params}`), answered by the handler
+//                            `.onRequest(method, fn(params) → result)` (unknown
+//                            methods get -32601); `.initialize({suspendUpdates,
+//                            awaitResumption})` declares those
+//                            `clientCapabilities._meta.berth` extensions;
+//                            `.close()` ends stdin
 
 import { after } from "node:test";
 import assert from "node:assert/strict";
@@ -556,4 +581,126 @@ export function sessionEvents(seen, sessionId, after = 0, upTo = Infinity, { rep
     });
   }
   return [...byId.values()].sort((a, b) => a.eventId - b.eventId);
+}
+
+// ---------------------------------------------------------------- the raw client
+
+/** A JSON-RPC error answer (`{code, message, data}`). */
+export class RpcError extends Error {
+  constructor({ code, message, data }, label = "") {
+    super(`${label ? `${label}: ` : ""}JSON-RPC error ${code} ${message} ${JSON.stringify(data)}`);
+    this.code = code;
+    this.rpcMessage = message;
+    this.data = data;
+  }
+}
+
+/**
+ * A raw JSON-RPC 2.0 client over `server.stream` (newline-delimited JSON on
+ * the server's stdin/stdout, through the wire tap). See the header.
+ */
+export class RawClient {
+  /** Every notification the server sent, `{method, params}`, in wire order. */
+  notifications = new Recorder();
+  /** Every request the server sent this client, `{id, method, params}`. */
+  requests = new Recorder();
+  #pending = new Map();
+  #handlers = new Map();
+  #nextId = 1;
+  #writer;
+
+  constructor(server, { name = "berth-e2e-raw" } = {}) {
+    this.server = server;
+    this.name = name;
+    this.#writer = server.stream.writable.getWriter();
+    this.#writer.closed.catch(() => {});
+    this.done = (async () => {
+      for await (const msg of server.stream.readable) this.#receive(msg);
+    })()
+      .catch(() => {})
+      .finally(() => {
+        for (const { resolve } of this.#pending.values()) {
+          resolve({ error: { code: -1, message: "connection closed", data: null } });
+        }
+        this.#pending.clear();
+      });
+  }
+
+  #receive(msg) {
+    if (typeof msg.method === "string" && "id" in msg) {
+      this.requests.push({ id: msg.id, method: msg.method, params: msg.params });
+      const handler = this.#handlers.get(msg.method);
+      Promise.resolve()
+        .then(() => {
+          if (!handler) throw new RpcError({ code: -32601, message: "Method not found", data: { method: msg.method } });
+          return handler(msg.params);
+        })
+        .then(
+          (result) => this.#send({ jsonrpc: "2.0", id: msg.id, result: result ?? {} }),
+          (e) =>
+            this.#send({
+              jsonrpc: "2.0",
+              id: msg.id,
+              error: { code: e.code ?? -32603, message: e.rpcMessage ?? e.message, data: e.data ?? null },
+            }),
+        );
+    } else if (typeof msg.method === "string") {
+      this.notifications.push({ method: msg.method, params: msg.params });
+    } else if ("id" in msg) {
+      const waiting = this.#pending.get(msg.id);
+      if (!waiting) return;
+      this.#pending.delete(msg.id);
+      waiting.resolve("error" in msg ? { error: msg.error } : { result: msg.result });
+    }
+  }
+
+  #send(msg) {
+    return this.#writer.write(msg).catch(() => {});
+  }
+
+  /** Answers the server's `method` requests with `fn(params)` (a result, or a thrown RpcError). */
+  onRequest(method, fn) {
+    this.#handlers.set(method, fn);
+    return this;
+  }
+
+  /** Sends a request; resolves `{result}` or `{error}`, never rejects. */
+  call(method, params = {}) {
+    const id = this.#nextId++;
+    const answer = new Promise((resolve) => this.#pending.set(id, { resolve }));
+    this.#send({ jsonrpc: "2.0", id, method, params });
+    return answer;
+  }
+
+  /** Sends a request; resolves the result, rejects with an RpcError (or a timeout). */
+  async request(method, params = {}, ms = 10_000, label = method) {
+    const answer = await within(this.call(method, params), ms, label);
+    if (answer.error) throw new RpcError(answer.error, label);
+    return answer.result;
+  }
+
+  notify(method, params = {}) {
+    return this.#send({ jsonrpc: "2.0", method, params });
+  }
+
+  /** ACP `initialize`, declaring the berth suspend extensions asked for. */
+  initialize({ suspendUpdates = false, awaitResumption = false } = {}) {
+    const berth = {};
+    if (suspendUpdates) berth.suspendUpdates = true;
+    if (awaitResumption) berth.awaitResumption = true;
+    return this.request("initialize", {
+      protocolVersion: 1,
+      clientCapabilities: {
+        fs: { readTextFile: false, writeTextFile: false },
+        terminal: false,
+        ...(Object.keys(berth).length ? { _meta: { berth } } : {}),
+      },
+      clientInfo: { name: this.name, version: "0.0.0" },
+    });
+  }
+
+  /** Ends the server's stdin (berth then shuts down by itself). */
+  close() {
+    return this.#writer.close().catch(() => {});
+  }
 }

@@ -147,7 +147,10 @@ async fn claim(
         }
         // A fresh turn: the parked turn (if any) is sealed, the model's
         // context restarts at a digest of what came before plus the input.
-        (frame, _) if frame.is_some() || params.input.is_some() => {
+        // `continueTranscript: false` always takes this path (RFC: "the
+        // agent starts a fresh turn with a pre-suspend digest"), also for an
+        // idle suspension resumed without input.
+        (frame, _) if frame.is_some() || params.input.is_some() || !continue_transcript => {
             let mut record = state.record.clone();
             let mut prelude = Prelude {
                 batch: prelude_batch,
@@ -201,7 +204,8 @@ async fn claim(
                 }
             }
         }
-        // An idle session with no input: it just wakes.
+        // An idle session with no input, continuing its transcript: it just
+        // wakes.
         _ => {
             let events = vec![resumed(None), accepted];
             state
