@@ -226,6 +226,8 @@ fn current(state: &SessionState, params: &ResumeParams) -> Result<Suspension, Co
             .env
             .journal
             .resume_claim(handle)?
+            // Another session's handle is not this session's to report on.
+            .filter(|claim| claim.session_id == session_id)
             .map(|claim| ControlError::ResumeConflict {
                 session_id: session_id.clone(),
                 handle: Some(handle.to_owned()),
