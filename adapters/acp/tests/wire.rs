@@ -1189,8 +1189,19 @@ async fn suspend_params_are_validated_naming_the_field_and_change_nothing() {
         r["result"]["_meta"]["berth"]["resumed"]["handle"].is_string(),
         "{r}"
     );
+    let used = r["result"]["_meta"]["berth"]["resumed"]["handle"].clone();
     let r = c
         .call("session/resume", json!({"sessionId": sid, "input": "x"}))
         .await;
     assert_eq!(error_of(&r).1["reason"], "not_suspended");
+    // Another session's used handle is not reported as this one's claim.
+    let other = c.new_session(dir.path()).await;
+    c.call("session/suspend", json!({"sessionId": other})).await;
+    let r = c
+        .call(
+            "session/resume",
+            json!({"sessionId": other, "handle": used}),
+        )
+        .await;
+    assert_eq!(error_of(&r).1["reason"], "not_suspended", "{r}");
 }
