@@ -69,10 +69,22 @@ struct Sink {
     events: Mutex<Vec<SessionEvent>>,
     frames: Mutex<Vec<Frame>>,
     trigger: Option<(fn(&SessionEvent) -> bool, SuspendMode)>,
+    /// Answer permission requests `allowed`; otherwise never answer.
+    approve: bool,
 }
 
 #[async_trait]
 impl TurnSink for Sink {
+    async fn request_permission(
+        &self,
+        _request: &berth_runtime::engine::PermissionRequest,
+    ) -> Result<berth_runtime::engine::PermissionDecision, SinkError> {
+        if self.approve {
+            return Ok(berth_runtime::engine::PermissionDecision::Allowed);
+        }
+        std::future::pending().await
+    }
+
     async fn emit(&self, event: SessionEvent) -> Result<(), SinkError> {
         if let Some((matches, mode)) = self.trigger {
             if matches(&event) {
@@ -137,6 +149,7 @@ fn setup(prompt: &str, trigger: Option<(fn(&SessionEvent) -> bool, SuspendMode)>
         events: Mutex::default(),
         frames: Mutex::default(),
         trigger,
+        approve: false,
     };
     Setup {
         _dir: dir,
@@ -172,6 +185,7 @@ async fn resume(s: &Setup, frame: Frame, input: Option<&str>) -> (TurnExit, Sink
         events: Mutex::default(),
         frames: Mutex::default(),
         trigger: None,
+        approve: true,
     };
     let input = ResumeInput {
         input: input.map(|t| json!(t)),
@@ -370,4 +384,34 @@ async fn a_frame_does_not_resume_under_other_history_configuration_or_version() 
         check_resumable(&future, &s.spec, &s.deps),
         Err(ResumeRefusal::FrameVersion { .. })
     ));
+}
+
+fn permission_requested(event: &SessionEvent) -> bool {
+    matches!(event, SessionEvent::PermissionRequested { .. })
+}
+
+#[tokio::test]
+async fn interrupt_immediate_does_not_wait_for_an_approval_that_never_comes() {
+    let mut s = setup(
+        "one batch",
+        Some((permission_requested, SuspendMode::InterruptImmediate)),
+    );
+    s.deps.needs_approval = vec!["shell".into()];
+    let frame = parked(run(&s).await);
+    assert_eq!(frame.phase, Phase::Tools);
+    assert!(frame.tool_outcomes.is_empty());
+    assert_eq!(
+        frame.unstarted_calls.len(),
+        2,
+        "the waiting call stays unstarted"
+    );
+    assert_eq!(log(&s), "");
+    let resolved = s.sink.events.lock().unwrap().iter().any(|e| {
+        matches!(e, SessionEvent::PermissionResolved { decision, .. }
+            if *decision == berth_runtime::engine::PermissionDecision::Cancelled)
+    });
+    assert!(resolved, "the abandoned approval is recorded as cancelled");
+    let (exit, _) = resume(&s, frame, None).await;
+    assert_eq!(ended(exit).terminal.kind, TerminalKind::Completed);
+    assert_eq!(log(&s), "A\nB\n");
 }

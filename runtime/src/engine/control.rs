@@ -19,6 +19,7 @@ pub struct TurnControl {
     approvals: Mutex<Vec<crate::engine::PermissionRequest>>,
     suspend: Mutex<Option<SuspendMode>>,
     suspend_signal: CancellationToken,
+    interrupt_signal: CancellationToken,
 }
 
 /// A tool call of the running turn, as `session/cancel_tool_call` sees it.
@@ -88,12 +89,22 @@ impl TurnControl {
         if effective != SuspendMode::WaitForCompletion {
             self.suspend_signal.cancel();
         }
+        if effective == SuspendMode::InterruptImmediate {
+            self.interrupt_signal.cancel();
+        }
         effective
     }
 
     /// The pending suspension request, if any.
     pub fn suspend_requested(&self) -> Option<SuspendMode> {
         *self.suspend.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Resolves once an `interrupt_immediate` suspension is requested
+    /// (cancel-safe): a call still waiting to start (for approval) then stays
+    /// unstarted.
+    pub async fn interrupted(&self) {
+        self.interrupt_signal.cancelled().await
     }
 
     /// Fires when a `finish_step` or `interrupt_immediate` suspension is

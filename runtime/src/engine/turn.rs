@@ -706,10 +706,10 @@ impl<'a> Turn<'a> {
         if let Some(resume) = resume {
             let resumed = join_all(outcomes.iter().map(|outcome| async {
                 match &outcome.continuation {
-                    Some(continuation) if outcome.status == ToolOutcomeStatus::Suspended => self
-                        .dispatch(&ctx, &outcome.call, Some((continuation, resume)))
-                        .await
-                        .map(Some),
+                    Some(continuation) if outcome.status == ToolOutcomeStatus::Suspended => {
+                        self.dispatch(&ctx, &outcome.call, Some((continuation, resume)))
+                            .await
+                    }
                     _ => Ok(None),
                 }
             }))
@@ -730,11 +730,15 @@ impl<'a> Turn<'a> {
             if self.deps.control.suspend_requested() == Some(SuspendMode::InterruptImmediate) {
                 break;
             }
+            // A call that waits for approval runs alone: it may end up not
+            // started, and must then stay in order with the unstarted rest.
             let safe = |call: &ToolCallRequest| {
-                self.deps
-                    .tools
-                    .get(&call.name)
-                    .is_some_and(|tool| tool.concurrency_safe())
+                !self.deps.needs_approval.contains(&call.name)
+                    && self
+                        .deps
+                        .tools
+                        .get(&call.name)
+                        .is_some_and(|tool| tool.concurrency_safe())
             };
             let mut group = vec![pending.pop_front().unwrap_or_else(|| unreachable!())];
             if safe(&group[0]) {
@@ -743,8 +747,11 @@ impl<'a> Turn<'a> {
                 }
             }
             let settled = join_all(group.iter().map(|call| self.dispatch(&ctx, call, None))).await;
-            for outcome in settled {
-                outcomes.push(outcome?);
+            for (call, outcome) in group.iter().zip(settled) {
+                match outcome? {
+                    Some(outcome) => outcomes.push(outcome),
+                    None => pending.push_front(call.clone()),
+                }
             }
         }
         if !pending.is_empty() || parked(&outcomes) {
@@ -823,17 +830,22 @@ impl<'a> Turn<'a> {
     }
 
     /// Runs one call (or continues a suspended one from its continuation).
+    /// `None`: the call never started (an `interrupt_immediate` suspension
+    /// came while it waited for approval); it stays unstarted.
     async fn dispatch(
         &self,
         ctx: &ToolContext,
         call: &ToolCallRequest,
         resume: Option<(&ToolContinuation, &ResumeInput)>,
-    ) -> Result<ToolOutcome, SinkError> {
-        let outcome = self.dispatch_one(ctx, call, resume).await;
-        if !matches!(&outcome, Ok(o) if o.status == ToolOutcomeStatus::Suspended) {
+    ) -> Result<Option<ToolOutcome>, SinkError> {
+        let outcome = self.dispatch_one(ctx, call, resume).await?;
+        if outcome
+            .as_ref()
+            .is_some_and(|o| o.status != ToolOutcomeStatus::Suspended)
+        {
             self.deps.control.finish_call(call.id.as_str());
         }
-        outcome
+        Ok(outcome)
     }
 
     async fn dispatch_one(
@@ -841,7 +853,7 @@ impl<'a> Turn<'a> {
         ctx: &ToolContext,
         call: &ToolCallRequest,
         resume: Option<(&ToolContinuation, &ResumeInput)>,
-    ) -> Result<ToolOutcome, SinkError> {
+    ) -> Result<Option<ToolOutcome>, SinkError> {
         let settle = |status: ToolOutcomeStatus, content: String| ToolOutcome {
             call: call.clone(),
             status,
@@ -857,7 +869,10 @@ impl<'a> Turn<'a> {
                 NOT_SENT,
             )
             .await?;
-            return Ok(settle(ToolOutcomeStatus::Interrupted, NOT_SENT.into()));
+            return Ok(Some(settle(
+                ToolOutcomeStatus::Interrupted,
+                NOT_SENT.into(),
+            )));
         }
         // A `session/cancel_tool_call` before dispatch: never sent.
         let cancelled = self.deps.control.call_token(call.id.as_str());
@@ -869,10 +884,10 @@ impl<'a> Turn<'a> {
                 CALL_CANCELLED,
             )
             .await?;
-            return Ok(settle(
+            return Ok(Some(settle(
                 ToolOutcomeStatus::Interrupted,
                 CALL_CANCELLED.into(),
-            ));
+            )));
         }
         let Some(tool) = self.deps.tools.get(&call.name) else {
             let err = ToolError::UnknownTool {
@@ -880,11 +895,15 @@ impl<'a> Turn<'a> {
             };
             self.update(call, ToolCallStatus::Failed, json!(err), &err.to_string())
                 .await?;
-            return Ok(settle(ToolOutcomeStatus::Failed, err.to_string()));
+            return Ok(Some(settle(ToolOutcomeStatus::Failed, err.to_string())));
         };
         // A continued call was approved before it first ran.
         if resume.is_none() && self.deps.needs_approval.contains(&call.name) {
-            let decision = self.approve(tool.as_ref(), call, &cancelled).await?;
+            // An interrupt_immediate suspension while it waits: never
+            // started, kept for after the resume.
+            let Some(decision) = self.approve(tool.as_ref(), call, &cancelled).await? else {
+                return Ok(None);
+            };
             if decision != PermissionDecision::Allowed {
                 let reason = match &decision {
                     PermissionDecision::Rejected { reason } => {
@@ -900,7 +919,7 @@ impl<'a> Turn<'a> {
                     &reason,
                 )
                 .await?;
-                return Ok(settle(ToolOutcomeStatus::Interrupted, reason));
+                return Ok(Some(settle(ToolOutcomeStatus::Interrupted, reason)));
             }
         }
         self.sink
@@ -928,7 +947,7 @@ impl<'a> Turn<'a> {
                     CALL_CANCELLED,
                 )
                 .await?;
-                return Ok(settle(ToolOutcomeStatus::Interrupted, CALL_CANCELLED.into()));
+                return Ok(Some(settle(ToolOutcomeStatus::Interrupted, CALL_CANCELLED.into())));
             }
             result = async {
                 match resume {
@@ -946,7 +965,7 @@ impl<'a> Turn<'a> {
                     ABANDONED,
                 )
                 .await?;
-                Ok(settle(ToolOutcomeStatus::Unknown, ABANDONED.into()))
+                Ok(Some(settle(ToolOutcomeStatus::Unknown, ABANDONED.into())))
             }
             Some(Ok(ToolExit::Suspended(parked))) => {
                 let reason = match &parked.park {
@@ -964,11 +983,11 @@ impl<'a> Turn<'a> {
                     })
                     .await?;
                 let parked = *parked;
-                Ok(ToolOutcome {
+                Ok(Some(ToolOutcome {
                     continuation: Some(parked.continuation),
                     park: parked.park,
                     ..settle(ToolOutcomeStatus::Suspended, reason)
-                })
+                }))
             }
             Some(Ok(ToolExit::Done(mut output))) => {
                 self.file_changes
@@ -977,32 +996,40 @@ impl<'a> Turn<'a> {
                     .append(&mut output.file_changes);
                 self.update(call, ToolCallStatus::Completed, output.raw, &output.content)
                     .await?;
-                Ok(settle(ToolOutcomeStatus::Completed, output.content))
+                Ok(Some(settle(ToolOutcomeStatus::Completed, output.content)))
             }
             // A continuation that cannot be continued: the call's outcome is
             // unknown and it is never re-dispatched.
             Some(Err(err @ ToolError::NotResumable { .. })) => {
                 self.update(call, ToolCallStatus::Failed, json!(err), &err.to_string())
                     .await?;
-                Ok(settle(ToolOutcomeStatus::Unknown, format!("error: {err}")))
+                Ok(Some(settle(
+                    ToolOutcomeStatus::Unknown,
+                    format!("error: {err}"),
+                )))
             }
             Some(Err(err)) => {
                 self.update(call, ToolCallStatus::Failed, json!(err), &err.to_string())
                     .await?;
-                Ok(settle(ToolOutcomeStatus::Failed, format!("error: {err}")))
+                Ok(Some(settle(
+                    ToolOutcomeStatus::Failed,
+                    format!("error: {err}"),
+                )))
             }
         }
     }
 
     /// Asks a client to approve `call`; a stop of the turn or of this call
     /// while it waits answers `cancelled`. The wait shows in
-    /// `pending.approvals`; request and answer are journaled.
+    /// `pending.approvals`; request and answer are journaled. `None`: an
+    /// `interrupt_immediate` suspension came first (recorded as `cancelled`;
+    /// the call is asked about again after the resume).
     async fn approve(
         &self,
         tool: &dyn crate::tools::Tool,
         call: &ToolCallRequest,
         cancelled: &tokio_util::sync::CancellationToken,
-    ) -> Result<PermissionDecision, SinkError> {
+    ) -> Result<Option<PermissionDecision>, SinkError> {
         let request = PermissionRequest {
             tool_call_id: call.id.clone(),
             title: tool.title(&call.arguments),
@@ -1017,15 +1044,16 @@ impl<'a> Turn<'a> {
         self.deps.control.set_pending_approval(&request, true);
         let decision = tokio::select! {
             biased;
-            () = self.deps.control.stopped() => PermissionDecision::Cancelled,
-            () = cancelled.cancelled() => PermissionDecision::Cancelled,
-            decision = self.sink.request_permission(&request) => decision?,
+            () = self.deps.control.stopped() => Some(PermissionDecision::Cancelled),
+            () = cancelled.cancelled() => Some(PermissionDecision::Cancelled),
+            () = self.deps.control.interrupted() => None,
+            decision = self.sink.request_permission(&request) => Some(decision?),
         };
         self.deps.control.set_pending_approval(&request, false);
         self.sink
             .emit(SessionEvent::PermissionResolved {
                 tool_call_id: call.id.clone(),
-                decision: decision.clone(),
+                decision: decision.clone().unwrap_or(PermissionDecision::Cancelled),
             })
             .await?;
         Ok(decision)
