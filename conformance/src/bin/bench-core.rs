@@ -1441,7 +1441,9 @@ impl SuspendReport {
             "tool_done_to_ack": self.tool_done_to_ack.as_ref().map(figures),
             "resume_to_response": figures(&self.resume_response),
             "resume_to_first_model_call": figures(&self.resume_first_call),
-            "suspends_per_sec": round1(self.suspends_per_sec),
+            // Mid-turn, the suspends' span is set by when the turns reach
+            // their tool call: no rate.
+            "suspends_per_sec": (self.kind == ParkKind::Idle).then(|| round1(self.suspends_per_sec)),
             "resumes_per_sec": round1(self.resumes_per_sec),
             "berth_cpu_us_per_suspend": self.cpu_us.map(|c| round1(c.0)),
             "berth_cpu_us_per_resume": self.cpu_us.map(|c| round1(c.1)),
