@@ -1,4 +1,4 @@
-//! `bench-core`: measures berth's two core costs and prints figures.
+//! `bench-core`: measures berth's core costs and prints figures.
 //!
 //! This is a measurement tool, not a test: nothing here asserts on timings.
 //! Run it with
@@ -58,9 +58,73 @@
 //! per-session tail is compared with the number of acknowledged appends (a
 //! sanity check printed as a warning, never a failure).
 //!
+//! # 3. Inject → delivery over stdio
+//!
+//! `--injects` steers (`session/inject`, mode `steer`) sent one at a time into
+//! a turn running zero-latency `read_file` calls, each timed from writing it to
+//! reading its delivery echo (the `user_message_chunk` carrying its message
+//! id). Runs with the stdio section (`--injects 0` skips it).
+//!
+//! # 4. Suspend → durable ack, resume → first model call
+//!
+//! Over stdio against the real binary, like section 1, but with requests
+//! pipelined: a reader task stamps every line berth writes with the instant it
+//! was read (before parsing), and every request is stamped just before its line
+//! is written, so each request's latency is its own even with a thousand in
+//! flight. For each count in `--suspend-sessions` (default `1,1000`) a fresh
+//! `berth serve` is started with `--max-in-flight 3·N+64`, and all N sessions
+//! are created first (pipelined `session/new`, one connection). Then each
+//! round (`--suspend-warmup-rounds` unmeasured, then
+//! max(`--suspend-rounds`, ⌈`--suspend-min-samples` / N⌉) measured):
+//!
+//! * **suspend → durable ack** (idle sessions): all N `session/suspend` are
+//!   written back to back; each is timed to its answer, which berth sends only
+//!   once the suspension (envelope, `suspended` event, receipt) is committed.
+//!   Every answer's `summary` must say the session parked while idle.
+//!   Suspends/s is N over first write → last answer, pooled over rounds.
+//! * **resume → response** and **resume → first model call**: all N
+//!   `session/resume {sessionId, handle, input}` are written back to back (the
+//!   input matches a script rule whose only step is one text step); each is
+//!   timed to its answer (sent once the claim and the fresh turn's start are
+//!   committed in one transaction) and to the first `agent_message_chunk` of
+//!   the session's resumed turn. That chunk is the first observable sign of
+//!   the model call: the scripted model emits the text the moment it is
+//!   called (no `delay_ms`), but berth journals the chunk — one durable
+//!   commit, group-committed with other sessions' — before sending it. Between
+//!   the claim's commit and the model call nothing touches the disk, and the
+//!   answer is sent at about the time the model is called, so the model call
+//!   itself lies roughly between the two figures: "first model call" is an
+//!   upper bound by about one commit plus delivery. The round ends when every
+//!   resumed turn's `turn_ended` has been read.
+//!
+//! With N requests written at once, each latency includes waiting behind the
+//! others (berth's per-session actors run in parallel, but they share one
+//! journal writer and the machine's CPUs), so at N = 1000 the percentiles are
+//! mostly queueing: compare them with N / throughput.
+//!
+//! For each count in `--suspend-parked-sessions` (default `1`) the same is
+//! done for turns parked mid-way: each session is prompted with a turn whose
+//! first step is a `shell` tool reading a per-session FIFO; on that turn's
+//! `tool_call` notification the benchmark writes `session/suspend` (mode
+//! `finish_step`), and on its `suspend_requested` notification (the request
+//! is durable; the turn is quiescing) it opens and closes the FIFO's write
+//! end, so the tool ends, the turn parks before its next model call, the
+//! suspension commits and the suspend is answered. The figures are
+//! **suspend → requested** (written → `suspend_requested` read), **tool done
+//! → suspend ack** (the completed `tool_call_update` read → the suspend's
+//! answer: the tool result's commit is already behind, the frame checkpoints
+//! and the park are in it), and — resuming each parked turn from its frame
+//! with input — **resume → response** and **resume → first model call** as
+//! above (the resumed turn must be the parked one; a session whose suspend
+//! found its turn already ended would be counted as missed and left out).
+//!
+//! berth's CPU time over the suspend and the resume phases (as in section 1,
+//! from `/proc`) is printed per session per round. `--only-suspend` runs this
+//! section alone; `--skip-suspend` skips it.
+//!
 //! The last line of output is a one-line JSON summary of everything printed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -76,6 +140,7 @@ use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::mpsc;
 
 /// How long to wait for any single frame from the child before giving up.
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
@@ -83,7 +148,8 @@ const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 /// The small file the `read_file` step reads.
 const SMALL_FILE: &str = "small.txt";
 
-/// Measures berth's prompt round trip over stdio and its durable append rate.
+/// Measures berth's prompt round trip, inject delivery and suspend/resume over
+/// stdio, and its durable append rate.
 #[derive(Parser, Debug)]
 #[command(name = "bench-core")]
 struct Args {
@@ -112,6 +178,52 @@ struct Args {
     /// Steers measured by the inject→delivery benchmark (0 skips it).
     #[arg(long, default_value_t = 200)]
     injects: usize,
+    /// Session counts (all on one connection) for the suspend/resume runs
+    /// of idle sessions; each count is a fresh `berth serve`.
+    #[arg(long, value_delimiter = ',', default_value = "1,1000")]
+    suspend_sessions: Vec<usize>,
+    /// Session counts for the suspend/resume runs of turns parked mid-way
+    /// (suspended while a shell tool runs; the tool ends once the suspend
+    /// request is durable).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    suspend_parked_sessions: Vec<usize>,
+    /// Measured rounds per suspend/resume run, at least (see
+    /// --suspend-min-samples).
+    #[arg(long, default_value_t = 3)]
+    suspend_rounds: usize,
+    /// More rounds are run when fewer than this many samples per figure
+    /// would come out: a run does max(rounds, ceil(min-samples / sessions)).
+    #[arg(long, default_value_t = 200)]
+    suspend_min_samples: usize,
+    /// Unmeasured rounds before each suspend/resume run's measured ones.
+    #[arg(long, default_value_t = 1)]
+    suspend_warmup_rounds: usize,
+    /// Skip the suspend/resume benchmark.
+    #[arg(long)]
+    skip_suspend: bool,
+    /// Run only the suspend/resume benchmark (as --skip-stdio --skip-journal).
+    #[arg(long)]
+    only_suspend: bool,
+}
+
+impl Args {
+    fn runs_stdio(&self) -> bool {
+        !self.skip_stdio && !self.only_suspend
+    }
+
+    fn runs_inject(&self) -> bool {
+        self.runs_stdio() && self.injects > 0
+    }
+
+    fn runs_journal(&self) -> bool {
+        !self.skip_journal && !self.only_suspend
+    }
+
+    fn runs_suspend(&self) -> bool {
+        !self.skip_suspend
+            && (self.suspend_sessions.iter().any(|&n| n > 0)
+                || self.suspend_parked_sessions.iter().any(|&n| n > 0))
+    }
 }
 
 /// Which tool the scripted turn calls.
@@ -182,10 +294,10 @@ fn load_average() -> Option<String> {
 }
 
 async fn run(args: &Args) -> anyhow::Result<()> {
-    let bin = if args.skip_stdio {
-        None
-    } else {
+    let bin = if args.runs_stdio() || args.runs_suspend() {
         Some(berth_binary()?)
+    } else {
+        None
     };
     let load_before = load_average();
     if let Some(load) = &load_before {
@@ -194,32 +306,36 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     if !(args.duration_secs > 0.0 && args.duration_secs.is_finite()) {
         bail!("--duration-secs must be a positive number of seconds");
     }
-    if args.prompts == 0 && !args.skip_stdio {
+    if args.prompts == 0 && args.runs_stdio() {
         bail!("--prompts must be at least 1 (or pass --skip-stdio)");
     }
-    let stdio = match bin {
-        None => None,
-        Some(bin) => {
-            let report = stdio_bench(args, bin).await?;
+    let stdio = match (&bin, args.runs_stdio()) {
+        (Some(bin), true) => {
+            let report = stdio_bench(args, bin.clone()).await?;
             report.print();
             Some(report)
         }
+        _ => None,
     };
-    let inject = match (&args.skip_stdio, args.injects) {
-        (true, _) | (_, 0) => None,
-        _ => {
-            let summary = inject_bench(args, berth_binary()?).await?;
+    let inject = match (&bin, args.runs_inject()) {
+        (Some(bin), true) => {
+            let summary = inject_bench(args, bin.clone()).await?;
             println!(
                 "== inject -> delivery over stdio ==\nsteers            {} (mode steer, a turn running zero-latency read_file calls)\n   p50 µs    p90 µs    p99 µs    max µs\n{:>9} {:>9} {:>9} {:>9}\n",
                 args.injects, summary.p50_us, summary.p90_us, summary.p99_us, summary.max_us
             );
             Some(summary)
         }
+        _ => None,
     };
-    let journal = if args.skip_journal {
-        Vec::new()
-    } else {
+    let suspend = match (&bin, args.runs_suspend()) {
+        (Some(bin), true) => suspend_bench(args, bin).await?,
+        _ => Vec::new(),
+    };
+    let journal = if args.runs_journal() {
         journal_bench(args).await?
+    } else {
+        Vec::new()
     };
     let load_after = load_average();
     if let Some(load) = &load_after {
@@ -234,6 +350,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         "inject_to_delivery_us": inject.as_ref().map(|s| json!({
             "p50": s.p50_us, "p90": s.p90_us, "p99": s.p99_us, "max": s.max_us, "samples": args.injects,
         })),
+        "suspend": suspend.iter().map(SuspendReport::to_json).collect::<Vec<_>>(),
         "journal": journal.iter().map(JournalRow::to_json).collect::<Vec<_>>(),
     });
     println!("{summary}");
@@ -268,7 +385,7 @@ fn berth_binary() -> anyhow::Result<PathBuf> {
         bail!(
             "the berth binary is missing at {}: build it first with \
              `cargo build --release --bin berth` (or set BERTH_BIN to a built binary, \
-             or pass --skip-stdio)",
+             or pass --skip-stdio --skip-suspend)",
             path.display()
         );
     }
@@ -309,6 +426,51 @@ impl EventTally {
     }
 }
 
+/// Starts `berth serve` on `data_dir` with the scripted model playing
+/// `script`, stdin and stdout piped, stderr to `stderr_path`.
+fn spawn_berth(
+    bin: &Path,
+    data_dir: &Path,
+    script: &Path,
+    stderr_path: &Path,
+    extra_args: &[&std::ffi::OsStr],
+) -> anyhow::Result<(Child, ChildStdin, ChildStdout)> {
+    let stderr = std::fs::File::create(stderr_path)
+        .with_context(|| format!("cannot create {}", stderr_path.display()))?;
+    let mut cmd = Command::new(bin);
+    cmd.arg("serve")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--model")
+        .arg(format!("scripted:{}", script.display()))
+        .args(extra_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(stderr))
+        .kill_on_drop(true);
+    if std::env::var_os("BERTH_LOG").is_none() {
+        cmd.env("BERTH_LOG", "warn");
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {} serve", bin.display()))?;
+    let stdin = child.stdin.take().context("child stdin was not piped")?;
+    let stdout = child.stdout.take().context("child stdout was not piped")?;
+    Ok((child, stdin, stdout))
+}
+
+/// The last lines berth wrote to its stderr file, for error messages.
+fn stderr_tail(stderr_path: &Path) -> String {
+    let text = std::fs::read_to_string(stderr_path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+    if tail.is_empty() {
+        "(berth wrote nothing to stderr)".into()
+    } else {
+        format!("berth stderr (last lines):\n{tail}")
+    }
+}
+
 /// A `berth serve` child spoken to over ACP on its stdio.
 struct AcpChild {
     child: Child,
@@ -327,27 +489,7 @@ impl AcpChild {
         stderr_path: &Path,
         extra_args: &[&std::ffi::OsStr],
     ) -> anyhow::Result<Self> {
-        let stderr = std::fs::File::create(stderr_path)
-            .with_context(|| format!("cannot create {}", stderr_path.display()))?;
-        let mut cmd = Command::new(bin);
-        cmd.arg("serve")
-            .arg("--data-dir")
-            .arg(data_dir)
-            .arg("--model")
-            .arg(format!("scripted:{}", script.display()))
-            .args(extra_args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr))
-            .kill_on_drop(true);
-        if std::env::var_os("BERTH_LOG").is_none() {
-            cmd.env("BERTH_LOG", "warn");
-        }
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start {} serve", bin.display()))?;
-        let stdin = child.stdin.take().context("child stdin was not piped")?;
-        let stdout = child.stdout.take().context("child stdout was not piped")?;
+        let (child, stdin, stdout) = spawn_berth(bin, data_dir, script, stderr_path, extra_args)?;
         Ok(Self {
             child,
             stdin: Some(stdin),
@@ -360,14 +502,7 @@ impl AcpChild {
 
     /// The last lines the child wrote to stderr, for error messages.
     fn stderr_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = lines[lines.len().saturating_sub(20)..].join("\n");
-        if tail.is_empty() {
-            "(berth wrote nothing to stderr)".into()
-        } else {
-            format!("berth stderr (last lines):\n{tail}")
-        }
+        stderr_tail(&self.stderr_path)
     }
 
     /// The next frame from the child.
@@ -1028,4 +1163,808 @@ async fn inject_bench(args: &Args, bin: PathBuf) -> anyhow::Result<LatencySummar
     }
     acp.shutdown().await?;
     LatencySummary::from_samples(&mut samples).context("no steer was measured")
+}
+
+// ---------------------------------------------------------------------------
+// 4. Suspend -> durable ack, resume -> first model call
+// ---------------------------------------------------------------------------
+
+/// What the resume input contains: the scripted rule answering it is one
+/// zero-latency text step.
+const RESUME_MATCH: &str = "bench-resume";
+/// What a parked-turn round's prompt contains: a shell tool, then text.
+const PARK_MATCH: &str = "bench-park";
+
+/// The suspension section's script: resumed turns answer with one text step
+/// (the model's first and only output); a parked-turn prompt (`bench-park-…`,
+/// file-name safe) first runs a shell tool that reads the FIFO named after
+/// the prompt until the benchmark opens and closes its write end.
+fn suspend_script() -> String {
+    format!(
+        "# Written by bench-core (suspend/resume).\n\
+         [[rules]]\n\
+         match = \"{RESUME_MATCH}\"\n\
+         steps = [ {{ text = \"resumed\" }} ]\n\n\
+         [[rules]]\n\
+         match = \"{PARK_MATCH}\"\n\
+         steps = [\n  {{ tool_call = {{ name = \"shell\", arguments = {{ command = \"cat '{{cwd}}/{{input}}.fifo' > /dev/null\", timeout_ms = 60000 }} }} }},\n  {{ text = \"done\" }},\n]\n"
+    )
+}
+
+/// A frame from berth, classified.
+enum Frame<'a> {
+    /// A response: its id and `result` (or `error`).
+    Response(u64, Result<&'a Value, &'a Value>),
+    /// A notification: its session and kind (the `session/update` variant,
+    /// or the agent event's `type`).
+    Note(&'a str, &'a str),
+}
+
+fn classify_frame(frame: &Value) -> anyhow::Result<Frame<'_>> {
+    match (frame.get("method"), frame.get("id")) {
+        (Some(_), Some(_)) => bail!("berth sent a request the benchmark cannot answer: {frame}"),
+        (Some(method), None) => {
+            let params = &frame["params"];
+            let kind = match method.as_str() {
+                Some("session/update") => params["update"]["sessionUpdate"].as_str(),
+                _ => params["type"].as_str(),
+            };
+            Ok(Frame::Note(
+                params["sessionId"].as_str().unwrap_or(""),
+                kind.unwrap_or(""),
+            ))
+        }
+        (None, Some(id)) => {
+            let id = id
+                .as_u64()
+                .with_context(|| format!("a response with a non-numeric id: {frame}"))?;
+            Ok(Frame::Response(
+                id,
+                match frame.get("error") {
+                    Some(error) => Err(error),
+                    None => Ok(&frame["result"]),
+                },
+            ))
+        }
+        (None, None) => bail!("berth sent a frame that is neither request nor response: {frame}"),
+    }
+}
+
+/// A `berth serve` child whose stdout is read by its own task, which stamps
+/// each line with the instant it was read (before parsing), so requests can
+/// be pipelined and every response and notification timed on arrival.
+struct AcpPipe {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    frames: mpsc::UnboundedReceiver<(Instant, String)>,
+    stderr_path: PathBuf,
+    next_id: u64,
+}
+
+impl AcpPipe {
+    fn spawn(
+        bin: &Path,
+        data_dir: &Path,
+        script: &Path,
+        stderr_path: &Path,
+        extra_args: &[&std::ffi::OsStr],
+    ) -> anyhow::Result<Self> {
+        let (child, stdin, stdout) = spawn_berth(bin, data_dir, script, stderr_path, extra_args)?;
+        let (tx, frames) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::with_capacity(1 << 16, stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tx.send((Instant::now(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Self {
+            child,
+            stdin: Some(stdin),
+            frames,
+            stderr_path: stderr_path.to_owned(),
+            next_id: 1,
+        })
+    }
+
+    /// A request line (newline included) with a fresh id.
+    fn request_line(&mut self, method: &str, params: Value) -> (u64, String) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut line =
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        line.push('\n');
+        (id, line)
+    }
+
+    /// Writes one line; returns the instant just before the write.
+    async fn write(&mut self, line: &str) -> anyhow::Result<Instant> {
+        let stdin = self.stdin.as_mut().context("stdin already closed")?;
+        let at = Instant::now();
+        let written = match stdin.write_all(line.as_bytes()).await {
+            Ok(()) => stdin.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            bail!(
+                "cannot write to berth's stdin: {e}\n{}",
+                stderr_tail(&self.stderr_path)
+            );
+        }
+        Ok(at)
+    }
+
+    /// The next frame and when it was read.
+    async fn recv(&mut self) -> anyhow::Result<(Instant, Value)> {
+        let (at, line) = match tokio::time::timeout(FRAME_TIMEOUT, self.frames.recv()).await {
+            Err(_) => bail!(
+                "berth sent nothing for {} s\n{}",
+                FRAME_TIMEOUT.as_secs(),
+                stderr_tail(&self.stderr_path)
+            ),
+            Ok(None) => bail!(
+                "berth closed its stdout (exited?)\n{}",
+                stderr_tail(&self.stderr_path)
+            ),
+            Ok(Some(frame)) => frame,
+        };
+        let frame = serde_json::from_str(&line)
+            .with_context(|| format!("berth sent a non-JSON line: {line}"))?;
+        Ok((at, frame))
+    }
+
+    /// One request, answered before anything else is sent; notifications in
+    /// between are dropped.
+    async fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let (id, line) = self.request_line(method, params);
+        self.write(&line).await?;
+        loop {
+            let (_, frame) = self.recv().await?;
+            if let Frame::Response(got, result) = classify_frame(&frame)? {
+                if got != id {
+                    bail!("unexpected response (waiting for id {id}): {frame}");
+                }
+                return result.cloned().map_err(|e| anyhow!("{method} failed: {e}"));
+            }
+        }
+    }
+
+    /// Closes stdin and waits for the child to exit (kills it after 10 s).
+    async fn shutdown(mut self) -> anyhow::Result<()> {
+        drop(self.stdin.take());
+        match tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await {
+            Ok(status) => {
+                let status = status?;
+                if !status.success() {
+                    eprintln!(
+                        "note: berth exited with {status}\n{}",
+                        stderr_tail(&self.stderr_path)
+                    );
+                }
+            }
+            Err(_) => {
+                eprintln!("note: berth did not exit 10 s after stdin closed; killing it");
+                self.child.kill().await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a suspend/resume run parks idle sessions or turns mid-way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ParkKind {
+    /// Sessions with no turn running: suspended at once.
+    Idle,
+    /// A turn suspended (`finish_step`) while its shell tool runs.
+    MidTurn,
+}
+
+impl ParkKind {
+    fn label(self) -> &'static str {
+        match self {
+            ParkKind::Idle => "idle",
+            ParkKind::MidTurn => "mid_turn",
+        }
+    }
+}
+
+/// Samples pooled over a run's measured rounds.
+#[derive(Debug, Default)]
+struct SuspendSamples {
+    /// Idle: `session/suspend` written → its answer (the suspension is
+    /// durable). Mid-turn: `session/suspend` written → the
+    /// `suspend_requested` notification (the request is durable; the turn
+    /// is quiescing).
+    suspend_ack: Vec<Duration>,
+    /// Mid-turn only: the tool's completed `tool_call_update` read → the
+    /// suspend's answer (the turn parked and the suspension durable).
+    tool_done_to_ack: Vec<Duration>,
+    /// `session/resume` written → its answer.
+    resume_response: Vec<Duration>,
+    /// `session/resume` written → the resumed turn's first
+    /// `agent_message_chunk`.
+    resume_first_call: Vec<Duration>,
+    /// Per round: first suspend written → last suspend answered.
+    suspend_walls: Vec<Duration>,
+    /// Per round: first resume written → last resume answered.
+    resume_walls: Vec<Duration>,
+    /// berth's CPU time (all threads, ns) spent in the suspend phases and in
+    /// the resume phases (the resumed turns included), summed over rounds;
+    /// `None` where /proc does not report it.
+    suspend_cpu_ns: Option<u64>,
+    resume_cpu_ns: Option<u64>,
+    /// Mid-turn sessions whose suspend did not catch the turn (it had ended:
+    /// the suspension was idle); their samples are left out.
+    missed: usize,
+}
+
+/// One suspend/resume run's figures.
+#[derive(Debug)]
+struct SuspendReport {
+    kind: ParkKind,
+    sessions: usize,
+    rounds: usize,
+    warmup_rounds: usize,
+    max_in_flight: usize,
+    /// All `session/new` pipelined at once: first written → last answered.
+    sessions_created_in: Duration,
+    suspend_ack: LatencySummary,
+    tool_done_to_ack: Option<LatencySummary>,
+    resume_response: LatencySummary,
+    resume_first_call: LatencySummary,
+    suspends_per_sec: f64,
+    resumes_per_sec: f64,
+    /// berth CPU µs per session per round: suspend phase, resume phase.
+    cpu_us: Option<(f64, f64)>,
+    missed: usize,
+}
+
+impl SuspendReport {
+    fn to_json(&self) -> Value {
+        let figures = |l: &LatencySummary| {
+            json!({
+                "samples": l.count, "p50_us": l.p50_us, "p90_us": l.p90_us,
+                "p99_us": l.p99_us, "max_us": l.max_us, "mean_us": round1(l.mean_us),
+            })
+        };
+        json!({
+            "kind": self.kind.label(),
+            "sessions": self.sessions,
+            "rounds": self.rounds,
+            "warmup_rounds": self.warmup_rounds,
+            "max_in_flight": self.max_in_flight,
+            "sessions_created_ms": round1(self.sessions_created_in.as_secs_f64() * 1e3),
+            // Idle: to the suspend's answer; mid-turn: to `suspend_requested`.
+            "suspend_to_durable": figures(&self.suspend_ack),
+            "tool_done_to_ack": self.tool_done_to_ack.as_ref().map(figures),
+            "resume_to_response": figures(&self.resume_response),
+            "resume_to_first_model_call": figures(&self.resume_first_call),
+            // Mid-turn, the suspends' span is set by when the turns reach
+            // their tool call: no rate.
+            "suspends_per_sec": (self.kind == ParkKind::Idle).then(|| round1(self.suspends_per_sec)),
+            "resumes_per_sec": round1(self.resumes_per_sec),
+            "berth_cpu_us_per_suspend": self.cpu_us.map(|c| round1(c.0)),
+            "berth_cpu_us_per_resume": self.cpu_us.map(|c| round1(c.1)),
+            "missed": self.missed,
+        })
+    }
+
+    fn print(&self) {
+        match self.kind {
+            ParkKind::Idle => println!(
+                "-- {} idle session(s): all suspended at once, then all resumed at once with input --",
+                self.sessions
+            ),
+            ParkKind::MidTurn => println!(
+                "-- {} turn(s) parked mid-way: suspend (finish_step) sent on each turn's tool_call; the tool ends when the request is durable --",
+                self.sessions
+            ),
+        }
+        println!(
+            "rounds            {} measured after {} warm-up; --max-in-flight {}; {} session/new (pipelined) in {:.1} ms",
+            self.rounds,
+            self.warmup_rounds,
+            self.max_in_flight,
+            self.sessions,
+            self.sessions_created_in.as_secs_f64() * 1e3
+        );
+        println!(
+            "{:<34} {:>8} {:>9} {:>9} {:>9} {:>9}",
+            "", "samples", "p50 µs", "p90 µs", "p99 µs", "max µs"
+        );
+        let row = |label: &str, l: &LatencySummary| {
+            println!(
+                "{label:<34} {:>8} {:>9} {:>9} {:>9} {:>9}",
+                l.count, l.p50_us, l.p90_us, l.p99_us, l.max_us
+            );
+        };
+        match self.kind {
+            ParkKind::Idle => row("suspend -> durable ack", &self.suspend_ack),
+            ParkKind::MidTurn => {
+                row("suspend -> requested (durable)", &self.suspend_ack);
+                if let Some(l) = &self.tool_done_to_ack {
+                    row("tool done -> suspend ack", l);
+                }
+            }
+        }
+        row("resume -> response", &self.resume_response);
+        row("resume -> first model call", &self.resume_first_call);
+        match self.kind {
+            ParkKind::Idle => println!(
+                "throughput        {:.0} suspends/s to durable ack, {:.0} resumes/s to response (per round: first write -> last answer)",
+                self.suspends_per_sec, self.resumes_per_sec
+            ),
+            ParkKind::MidTurn => println!(
+                "throughput        {:.0} resumes/s to response (per round: first write -> last answer)",
+                self.resumes_per_sec
+            ),
+        }
+        if let Some((suspend, resume)) = self.cpu_us {
+            let what = match self.kind {
+                ParkKind::Idle => "suspend",
+                ParkKind::MidTurn => "prompt+suspend (the turn up to its park)",
+            };
+            println!(
+                "berth CPU         {suspend:.0} µs per {what}, {resume:.0} µs per resume (the resumed turn included); all threads"
+            );
+        }
+        if self.missed > 0 {
+            println!(
+                "  warning: {} session-round(s) where the suspend found the turn already ended (left out)",
+                self.missed
+            );
+        }
+        println!();
+    }
+}
+
+async fn suspend_bench(args: &Args, bin: &Path) -> anyhow::Result<Vec<SuspendReport>> {
+    println!("== suspend -> durable ack, resume -> first model call, over stdio ==");
+    println!("binary            {}", bin.display());
+    println!(
+        "first model call  = the resumed turn's first agent_message_chunk (scripted text step, emitted\n                  \
+         when the model is called; berth journals it durably before sending it)"
+    );
+    println!();
+    let mut reports = Vec::new();
+    let levels = args
+        .suspend_sessions
+        .iter()
+        .map(|&n| (ParkKind::Idle, n))
+        .chain(
+            args.suspend_parked_sessions
+                .iter()
+                .map(|&n| (ParkKind::MidTurn, n)),
+        )
+        .filter(|&(_, n)| n > 0);
+    for (kind, sessions) in levels {
+        let report = suspend_run(args, bin, kind, sessions).await?;
+        report.print();
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// One run: a fresh `berth serve`, `sessions` sessions created first, then
+/// warm-up and measured rounds.
+async fn suspend_run(
+    args: &Args,
+    bin: &Path,
+    kind: ParkKind,
+    sessions: usize,
+) -> anyhow::Result<SuspendReport> {
+    let dir = tempfile::Builder::new()
+        .prefix("berth-bench-suspend-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    let cwd = dir.path().join("work");
+    std::fs::create_dir_all(&cwd)?;
+    let script = dir.path().join("suspend.toml");
+    std::fs::write(&script, suspend_script())?;
+    // Every session may have a prompt, a suspend and a resume in flight.
+    let max_in_flight = 3 * sessions + 64;
+    let max_in_flight_arg = max_in_flight.to_string();
+    let mut acp = AcpPipe::spawn(
+        bin,
+        &dir.path().join("data"),
+        &script,
+        &dir.path().join("berth.stderr"),
+        &["--max-in-flight".as_ref(), max_in_flight_arg.as_ref()],
+    )?;
+    acp.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    )
+    .await
+    .context("initialize")?;
+
+    // All sessions first, pipelined.
+    let mut ids = HashMap::with_capacity(sessions);
+    let mut lines = Vec::with_capacity(sessions);
+    for i in 0..sessions {
+        let (id, line) = acp.request_line("session/new", json!({"cwd": cwd, "mcpServers": []}));
+        ids.insert(id, i);
+        lines.push(line);
+    }
+    let mut first_write = None;
+    for line in &lines {
+        let at = acp.write(line).await?;
+        first_write.get_or_insert(at);
+    }
+    let mut session_ids = vec![String::new(); sessions];
+    let mut last = Instant::now();
+    let mut created = 0;
+    while created < sessions {
+        let (at, frame) = acp.recv().await?;
+        if let Frame::Response(id, result) = classify_frame(&frame)? {
+            let i = *ids
+                .get(&id)
+                .with_context(|| format!("unexpected response: {frame}"))?;
+            let result = result.map_err(|e| anyhow!("session/new failed: {e}"))?;
+            session_ids[i] = result["sessionId"]
+                .as_str()
+                .with_context(|| format!("session/new answered without a sessionId: {result}"))?
+                .to_owned();
+            created += 1;
+            last = at;
+        }
+    }
+    let sessions_created_in = last - first_write.unwrap_or(last);
+    let index: HashMap<String, usize> = session_ids
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.clone(), i))
+        .collect();
+
+    let rounds = args
+        .suspend_rounds
+        .max(args.suspend_min_samples.div_ceil(sessions))
+        .max(1);
+    let mut warmup = SuspendSamples::default();
+    let mut samples = SuspendSamples::default();
+    for round in 0..args.suspend_warmup_rounds + rounds {
+        let out = if round < args.suspend_warmup_rounds {
+            &mut warmup
+        } else {
+            &mut samples
+        };
+        suspend_round(&mut acp, &cwd, &session_ids, &index, kind, round, out)
+            .await
+            .with_context(|| {
+                format!("{} round {round} with {sessions} session(s)", kind.label())
+            })?;
+    }
+    acp.shutdown().await?;
+
+    let per_sec = |walls: &[Duration]| {
+        let total: Duration = walls.iter().sum();
+        (walls.len() * sessions) as f64 / total.as_secs_f64()
+    };
+    let suspends_per_sec = per_sec(&samples.suspend_walls);
+    let session_rounds = (rounds * sessions) as f64;
+    let cpu_us = match (samples.suspend_cpu_ns, samples.resume_cpu_ns) {
+        (Some(s), Some(r)) => Some((
+            s as f64 / 1e3 / session_rounds,
+            r as f64 / 1e3 / session_rounds,
+        )),
+        _ => None,
+    };
+    let resumes_per_sec = per_sec(&samples.resume_walls);
+    let summary = |v: &mut Vec<Duration>, what: &str| {
+        LatencySummary::from_samples(v).with_context(|| format!("no {what} was measured"))
+    };
+    Ok(SuspendReport {
+        kind,
+        sessions,
+        rounds,
+        warmup_rounds: args.suspend_warmup_rounds,
+        max_in_flight,
+        sessions_created_in,
+        suspend_ack: summary(&mut samples.suspend_ack, "suspend")?,
+        tool_done_to_ack: LatencySummary::from_samples(&mut samples.tool_done_to_ack),
+        resume_response: summary(&mut samples.resume_response, "resume")?,
+        resume_first_call: summary(&mut samples.resume_first_call, "resumed model call")?,
+        suspends_per_sec,
+        resumes_per_sec,
+        cpu_us,
+        missed: samples.missed,
+    })
+}
+
+/// Per-session marks of one round.
+#[derive(Debug, Clone, Default)]
+struct Marks {
+    /// The parked turn (mid-turn: the prompt's answer).
+    turn_id: Option<String>,
+    prompt_answered: bool,
+    suspend_sent: Option<Instant>,
+    /// Mid-turn: the `suspend_requested` notification read.
+    requested: Option<Instant>,
+    tool_done: Option<Instant>,
+    suspend_ack: Option<Instant>,
+    handle: Option<String>,
+    /// The suspend's `summary` said the session was idle.
+    parked_idle: bool,
+    resume_sent: Option<Instant>,
+    resume_answer: Option<Instant>,
+    resumed_turn: Option<String>,
+    first_chunk: Option<Instant>,
+    ended: bool,
+}
+
+/// The FIFO the parked-turn tool of session `i` reads in `round`; its name
+/// (without `.fifo`) is that session's prompt.
+fn park_fifo(cwd: &Path, round: usize, i: usize) -> PathBuf {
+    cwd.join(format!("{PARK_MATCH}-r{round}-s{i}.fifo"))
+}
+
+/// Makes the round's FIFOs (one `mkfifo` for all).
+fn make_fifos(paths: &[PathBuf]) -> anyhow::Result<()> {
+    for chunk in paths.chunks(256) {
+        let status = std::process::Command::new("mkfifo")
+            .args(chunk)
+            .status()
+            .context("cannot run mkfifo (the mid-turn runs need it)")?;
+        if !status.success() {
+            bail!("mkfifo failed: {status}");
+        }
+    }
+    Ok(())
+}
+
+/// One round: every session suspended (idle: all at once; mid-turn: each as
+/// soon as its turn's tool call is announced, the tool being released once
+/// the request is durable), then every one resumed at once with input, then
+/// every resumed turn awaited to its `turn_ended`.
+async fn suspend_round(
+    acp: &mut AcpPipe,
+    cwd: &Path,
+    sessions: &[String],
+    index: &HashMap<String, usize>,
+    kind: ParkKind,
+    round: usize,
+    out: &mut SuspendSamples,
+) -> anyhow::Result<()> {
+    let n = sessions.len();
+    let pid = acp.child.id();
+    let cpu_start = pid.and_then(cpu_ns);
+    let mut marks = vec![Marks::default(); n];
+    // Request id -> (session, method).
+    let mut pending: HashMap<u64, (usize, &'static str)> = HashMap::with_capacity(2 * n);
+
+    // Suspend.
+    let suspend_params = |s: &str| match kind {
+        ParkKind::Idle => json!({"sessionId": s, "reason": "bench-core"}),
+        ParkKind::MidTurn => json!({"sessionId": s, "reason": "bench-core", "mode": "finish_step"}),
+    };
+    let mut first_write = None;
+    let mut fifos = Vec::new();
+    let mut releases = Vec::new();
+    match kind {
+        ParkKind::Idle => {
+            let lines: Vec<(u64, String)> = sessions
+                .iter()
+                .map(|s| acp.request_line("session/suspend", suspend_params(s)))
+                .collect();
+            for (i, (id, line)) in lines.iter().enumerate() {
+                pending.insert(*id, (i, "session/suspend"));
+                let at = acp.write(line).await?;
+                first_write.get_or_insert(at);
+                marks[i].suspend_sent = Some(at);
+                marks[i].prompt_answered = true;
+            }
+        }
+        ParkKind::MidTurn => {
+            fifos = (0..n).map(|i| park_fifo(cwd, round, i)).collect();
+            make_fifos(&fifos)?;
+            let lines: Vec<(u64, String)> = sessions
+                .iter()
+                .zip(&fifos)
+                .map(|(s, fifo)| {
+                    let prompt = fifo.file_stem().unwrap_or_default().to_string_lossy();
+                    acp.request_line(
+                        "session/prompt",
+                        json!({"sessionId": s, "prompt": [{"type": "text", "text": prompt}]}),
+                    )
+                })
+                .collect();
+            for (i, (id, line)) in lines.iter().enumerate() {
+                pending.insert(*id, (i, "session/prompt"));
+                acp.write(line).await?;
+            }
+        }
+    }
+    let mut last_ack = Instant::now();
+    let done = |m: &[Marks]| {
+        m.iter()
+            .all(|m| m.suspend_ack.is_some() && m.prompt_answered)
+    };
+    while !done(&marks) {
+        let (at, frame) = acp.recv().await?;
+        match classify_frame(&frame)? {
+            Frame::Note(session, note) => {
+                let Some(&i) = index.get(session) else {
+                    continue;
+                };
+                if kind != ParkKind::MidTurn {
+                    continue;
+                }
+                match note {
+                    "tool_call" if marks[i].suspend_sent.is_none() => {
+                        let (id, line) =
+                            acp.request_line("session/suspend", suspend_params(&sessions[i]));
+                        pending.insert(id, (i, "session/suspend"));
+                        let sent = acp.write(&line).await?;
+                        first_write.get_or_insert(sent);
+                        marks[i].suspend_sent = Some(sent);
+                    }
+                    "suspend_requested" if marks[i].requested.is_none() => {
+                        marks[i].requested = Some(at);
+                        // Let the tool end: open the FIFO's write end (this
+                        // waits for the tool to have opened it) and close it.
+                        let fifo = fifos[i].clone();
+                        releases.push(tokio::task::spawn_blocking(move || {
+                            std::fs::OpenOptions::new()
+                                .write(true)
+                                .open(&fifo)
+                                .map(drop)
+                        }));
+                    }
+                    "tool_call_update" if marks[i].tool_done.is_none() => {
+                        match frame["params"]["update"]["status"].as_str() {
+                            Some("completed") => marks[i].tool_done = Some(at),
+                            Some("failed") => bail!("the parked turn's tool failed: {frame}"),
+                            _ => {}
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Frame::Response(id, result) => {
+                let (i, method) = pending
+                    .remove(&id)
+                    .with_context(|| format!("unexpected response: {frame}"))?;
+                let result = result.map_err(|e| anyhow!("{method} failed: {e}"))?;
+                let m = &mut marks[i];
+                if method == "session/prompt" {
+                    m.prompt_answered = true;
+                    m.turn_id = result["_meta"]["berth"]["turnId"]
+                        .as_str()
+                        .map(str::to_owned);
+                    continue;
+                }
+                m.suspend_ack = Some(at);
+                last_ack = at;
+                m.handle = Some(
+                    result["handle"]
+                        .as_str()
+                        .with_context(|| format!("suspend answered without a handle: {result}"))?
+                        .to_owned(),
+                );
+                m.parked_idle = result["summary"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("parked while idle"));
+            }
+        }
+    }
+    for release in releases {
+        release
+            .await?
+            .context("cannot open a parked-turn tool's FIFO")?;
+    }
+    for fifo in &fifos {
+        let _ = std::fs::remove_file(fifo);
+    }
+    let suspend_wall = last_ack - first_write.unwrap_or(last_ack);
+
+    let cpu_between = pid.and_then(cpu_ns);
+
+    // Resume, all at once.
+    let lines: Vec<(u64, String)> = sessions
+        .iter()
+        .zip(&marks)
+        .enumerate()
+        .map(|(i, (s, m))| {
+            acp.request_line(
+                "session/resume",
+                json!({
+                    "sessionId": s,
+                    "handle": m.handle,
+                    "input": format!("{RESUME_MATCH} round {round} session {i}"),
+                }),
+            )
+        })
+        .collect();
+    let mut first_resume = None;
+    for (i, (id, line)) in lines.iter().enumerate() {
+        pending.insert(*id, (i, "session/resume"));
+        let at = acp.write(line).await?;
+        first_resume.get_or_insert(at);
+        marks[i].resume_sent = Some(at);
+    }
+    let mut last_answer = Instant::now();
+    while !marks.iter().all(|m| m.resume_answer.is_some() && m.ended) {
+        let (at, frame) = acp.recv().await?;
+        match classify_frame(&frame)? {
+            Frame::Note(session, note) => {
+                let Some(&i) = index.get(session) else {
+                    continue;
+                };
+                let m = &mut marks[i];
+                match note {
+                    "agent_message_chunk" if m.first_chunk.is_none() => m.first_chunk = Some(at),
+                    "turn_ended" => m.ended = true,
+                    _ => {}
+                }
+            }
+            Frame::Response(id, result) => {
+                let (i, method) = pending
+                    .remove(&id)
+                    .with_context(|| format!("unexpected response: {frame}"))?;
+                let result = result.map_err(|e| anyhow!("{method} failed: {e}"))?;
+                let m = &mut marks[i];
+                m.resume_answer = Some(at);
+                last_answer = at;
+                m.resumed_turn = result["_meta"]["berth"]["resumed"]["turnId"]
+                    .as_str()
+                    .map(str::to_owned);
+                if m.resumed_turn.is_none() {
+                    bail!("the resume started no turn: {result}");
+                }
+            }
+        }
+    }
+    let resume_wall = last_answer - first_resume.unwrap_or(last_answer);
+    let cpu_end = pid.and_then(cpu_ns);
+    let add = |sum: Option<u64>, a: Option<u64>, b: Option<u64>| Some(sum? + b?.checked_sub(a?)?);
+    // The first round starts the sums.
+    if out.suspend_walls.is_empty() {
+        out.suspend_cpu_ns = Some(0);
+        out.resume_cpu_ns = Some(0);
+    }
+    out.suspend_cpu_ns = add(out.suspend_cpu_ns, cpu_start, cpu_between);
+    out.resume_cpu_ns = add(out.resume_cpu_ns, cpu_between, cpu_end);
+
+    for m in &marks {
+        let caught = match kind {
+            ParkKind::Idle => m.parked_idle,
+            // The parked turn itself must be the one resumed.
+            ParkKind::MidTurn => {
+                !m.parked_idle && m.turn_id.is_some() && m.turn_id == m.resumed_turn
+            }
+        };
+        if !caught {
+            if kind == ParkKind::Idle {
+                bail!("an idle session's suspension was not idle (summary did not say so)");
+            }
+            out.missed += 1;
+            continue;
+        }
+        let durable = match kind {
+            ParkKind::Idle => m.suspend_ack,
+            ParkKind::MidTurn => m.requested,
+        };
+        let (Some(sent), Some(durable), Some(ack), Some(resumed), Some(answer), Some(chunk)) = (
+            m.suspend_sent,
+            durable,
+            m.suspend_ack,
+            m.resume_sent,
+            m.resume_answer,
+            m.first_chunk,
+        ) else {
+            bail!("a session's round left a mark unset: {m:?}");
+        };
+        out.suspend_ack.push(durable - sent);
+        if let Some(tool_done) = m.tool_done {
+            out.tool_done_to_ack
+                .push(ack.saturating_duration_since(tool_done));
+        }
+        out.resume_response.push(answer - resumed);
+        out.resume_first_call.push(chunk - resumed);
+    }
+    out.suspend_walls.push(suspend_wall);
+    out.resume_walls.push(resume_wall);
+    Ok(())
 }
