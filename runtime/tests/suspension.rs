@@ -62,13 +62,16 @@ match = "[resumed]"
 steps = [ { text = "read: {input}" } ]
 "#;
 
+/// Which event asks for a suspension, and in which mode.
+type Trigger = Option<(fn(&SessionEvent) -> bool, SuspendMode)>;
+
 /// Records everything; asks for a suspension (through `control`) when the
 /// `nth` event matching `trigger` is emitted.
 struct Sink {
     control: Arc<TurnControl>,
     events: Mutex<Vec<SessionEvent>>,
     frames: Mutex<Vec<Frame>>,
-    trigger: Option<(fn(&SessionEvent) -> bool, SuspendMode)>,
+    trigger: Trigger,
     /// Answer permission requests `allowed`; otherwise never answer.
     approve: bool,
 }
@@ -122,7 +125,7 @@ struct Setup {
     sink: Sink,
 }
 
-fn setup(prompt: &str, trigger: Option<(fn(&SessionEvent) -> bool, SuspendMode)>) -> Setup {
+fn setup(prompt: &str, trigger: Trigger) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let model: Arc<dyn ModelProvider> =
         Arc::new(ScriptedModel::parse(SCRIPT, "toml", "scripted:test").unwrap());
