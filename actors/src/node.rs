@@ -13,10 +13,12 @@ use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::model::Usage;
 use berth_runtime::steering::Injection;
 use berth_runtime::suspension::{
-    Initiator, ResumeCause, ResumeConditions, SuspendMode, Suspension,
+    DueKind, ExternalEvent, Initiator, OnTimeout, ResumeCause, ResumeConditions, SuspendMode,
+    Suspension,
 };
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind};
 use berth_runtime::tools::ProcessLedger;
+use berth_scheduler::{Firing, Scheduler};
 use berth_storage::{Batch, Journal, JournalOptions, SessionRecord};
 use chrono::{DateTime, Utc};
 use ractor::rpc::CallResult;
@@ -30,6 +32,46 @@ use crate::registry::Registry;
 use crate::session::{settle_open_turn, AttachOutcome, SessionEnv, SessionMsg};
 use crate::supervisor::Supervisor;
 use crate::watch::Watcher;
+
+/// Largest event payload accepted (bytes of its JSON).
+pub const MAX_EVENT_BYTES: usize = 64 * 1024;
+/// `meta` counter: the last external event whose matches were resumed.
+const EVENTS_MATCHED: &str = "events_matched";
+
+/// What `emit_event` did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmitOutcome {
+    /// The event's sequence number in the journal.
+    pub seq: u64,
+    /// When berth accepted it.
+    pub received_at: DateTime<Utc>,
+    /// The parked sessions it woke.
+    pub woke: Vec<EventWake>,
+}
+
+/// One parked session an event matched.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventWake {
+    /// The session.
+    pub session_id: SessionId,
+    /// Its suspension's handle.
+    pub handle: String,
+    /// Whether this event's resume won the claim.
+    pub resumed: bool,
+}
+
+fn log_firing(firing: &Firing, result: Result<(), ControlError>) {
+    let session_id = &firing.wakeup.session_id;
+    match result {
+        Ok(()) => {
+            tracing::info!(%session_id, handle = %firing.wakeup.handle, lateness_ms = firing.lateness_ms, kind = ?firing.kind, "wake-up fired")
+        }
+        Err(e) => {
+            tracing::info!(%session_id, handle = %firing.wakeup.handle, error = %e, "wake-up fired; the suspension was already gone")
+        }
+    }
+}
 
 /// The default (and only) session mode id.
 pub const DEFAULT_MODE_ID: &str = "default";
@@ -109,6 +151,8 @@ pub struct ResumeParams {
     pub cause: ResumeCause,
     /// Who resumes.
     pub actor: String,
+    /// For a scheduled wake-up: how late it fired (ms after due).
+    pub lateness_ms: Option<u64>,
 }
 
 /// Answer to a resume claim.
@@ -208,10 +252,12 @@ impl Node {
         for session in processes.reap() {
             tracing::warn!(session_id = %session, "killed a process group left by a previous berth process");
         }
+        let (scheduler, firings) = Scheduler::start(Arc::clone(&config.clock));
         let env = Arc::new(SessionEnv {
             journal,
             config,
             processes: Arc::new(processes),
+            scheduler,
         });
         for open in env.journal.open_turns()? {
             settle_open_turn(
@@ -229,11 +275,199 @@ impl Node {
             .await
             .map_err(|e| NodeError::Supervisor(e.to_string()))?;
         registry.set_supervisor(supervisor.get_cell());
-        Ok(Self {
+        let node = Self {
             env,
             registry,
             supervisor,
+        };
+        // Every parked session's wake-up (including those just completed
+        // from a crash); overdue ones fire at once, late.
+        let wakeups = node.env.journal.wakeups()?;
+        tracing::info!(
+            count = wakeups.len(),
+            "armed the wake-ups of parked sessions"
+        );
+        for wakeup in wakeups {
+            node.env.scheduler.arm(wakeup);
+        }
+        node.spawn_firing(firings);
+        node.match_unmatched_events().await?;
+        Ok(node)
+    }
+
+    /// Turns due wake-ups into resume claims, each in its own task. Holds the
+    /// node weakly: it ends with the node.
+    fn spawn_firing(&self, mut firings: tokio::sync::mpsc::UnboundedReceiver<Firing>) {
+        let env = Arc::downgrade(&self.env);
+        let registry = Arc::downgrade(&self.registry);
+        let supervisor = self.supervisor.clone();
+        tokio::spawn(async move {
+            while let Some(firing) = firings.recv().await {
+                let (Some(env), Some(registry)) = (env.upgrade(), registry.upgrade()) else {
+                    return;
+                };
+                let node = Node {
+                    env,
+                    registry,
+                    supervisor: supervisor.clone(),
+                };
+                tokio::spawn(async move { node.fire(firing).await });
+            }
+        });
+    }
+
+    /// Fires one wake-up through the same one-time claim as an explicit
+    /// resume: a timeout resumes with cause `timeout` (input: a reminder that
+    /// the wait timed out, or the condition's `input`) or fails the
+    /// suspension (`onTimeout: fail`); a time trigger resumes with cause
+    /// `condition_fired`. Losing the claim to a client is not an error.
+    async fn fire(&self, firing: Firing) {
+        let wakeup = &firing.wakeup;
+        let session_id = wakeup.session_id.clone();
+        let (cause, input) = match firing.kind {
+            DueKind::Trigger => (ResumeCause::ConditionFired, None),
+            DueKind::Timeout => match wakeup.on_timeout() {
+                OnTimeout::Fail => {
+                    let minutes = wakeup.timeout.as_ref().map_or(0.0, |t| t.duration_minutes);
+                    let reason = format!("the suspension timed out after {minutes} minute(s)");
+                    let handle = wakeup.handle.clone();
+                    let result = self
+                        .call(&session_id, |reply| SessionMsg::FailSuspension {
+                            handle: handle.clone(),
+                            reason: reason.clone(),
+                            reply,
+                        })
+                        .await;
+                    log_firing(&firing, result.and_then(|r| r));
+                    return;
+                }
+                OnTimeout::ResumeWithInput => (
+                    ResumeCause::Timeout,
+                    wakeup.timeout.as_ref().and_then(|t| t.input.clone()),
+                ),
+                OnTimeout::ResumeWithSummary => {
+                    let minutes = wakeup.timeout.as_ref().map_or(0.0, |t| t.duration_minutes);
+                    (
+                        ResumeCause::Timeout,
+                        Some(Value::String(format!(
+                            "the wait timed out after {minutes} minute(s) without the condition being met; continue without it"
+                        ))),
+                    )
+                }
+            },
+        };
+        let result = self
+            .resume(
+                &session_id,
+                ResumeParams {
+                    handle: Some(wakeup.handle.clone()),
+                    input,
+                    continue_transcript: true,
+                    cause,
+                    actor: "scheduler".into(),
+                    lateness_ms: Some(firing.lateness_ms),
+                },
+            )
+            .await;
+        log_firing(&firing, result.map(|_| ()));
+    }
+
+    /// `_berth/event.emit`: journals the event (durable before the answer),
+    /// then resumes every parked session it matches (cause `external_event`,
+    /// the payload as input), each through its one-time claim.
+    ///
+    /// # Errors
+    /// [`ControlError::InvalidParams`] for a bad name (empty, over 256
+    /// characters, whitespace, control characters or `*`) or a payload over
+    /// 64 KiB; [`ControlError::Storage`].
+    pub async fn emit_event(
+        &self,
+        name: &str,
+        data: Value,
+        source: &str,
+    ) -> Result<EmitOutcome, ControlError> {
+        if name.is_empty()
+            || name.chars().count() > 256
+            || name
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || c == '*')
+        {
+            return Err(ControlError::invalid(
+                "name",
+                "must be 1 to 256 characters without whitespace, control characters or `*`",
+            ));
+        }
+        if serde_json::to_vec(&data).map_or(0, |b| b.len()) > MAX_EVENT_BYTES {
+            return Err(ControlError::invalid(
+                "data",
+                &format!("is over {MAX_EVENT_BYTES} bytes"),
+            ));
+        }
+        let event = ExternalEvent {
+            name: name.to_owned(),
+            data,
+            received_at: self.env.config.clock.now(),
+            source: source.to_owned(),
+        };
+        let ids = self
+            .env
+            .journal
+            .commit(Batch::new().append_external_event(&event))
+            .await?;
+        let seq = ids.first().copied().unwrap_or_default();
+        let woke = self.wake_on_event(seq, &event).await?;
+        Ok(EmitOutcome {
+            seq,
+            received_at: event.received_at,
+            woke,
         })
+    }
+
+    /// Resumes what `event` matches, then records that events up to `seq`
+    /// were matched (so a restart re-matches only later ones).
+    async fn wake_on_event(
+        &self,
+        seq: u64,
+        event: &ExternalEvent,
+    ) -> Result<Vec<EventWake>, ControlError> {
+        let mut woke = Vec::new();
+        for wakeup in self.env.scheduler.matching(event.clone()).await {
+            let result = self
+                .resume(
+                    &wakeup.session_id,
+                    ResumeParams {
+                        handle: Some(wakeup.handle.clone()),
+                        input: Some(event.data.clone()),
+                        continue_transcript: true,
+                        cause: ResumeCause::ExternalEvent,
+                        actor: format!("event:{}", event.name),
+                        lateness_ms: None,
+                    },
+                )
+                .await;
+            woke.push(EventWake {
+                session_id: wakeup.session_id,
+                handle: wakeup.handle,
+                resumed: result.is_ok(),
+            });
+        }
+        self.env
+            .journal
+            .commit(Batch::new().put_meta(EVENTS_MATCHED, seq))
+            .await?;
+        Ok(woke)
+    }
+
+    /// At start-up: events acknowledged but not yet matched when berth
+    /// stopped are matched now (never lost once acknowledged).
+    async fn match_unmatched_events(&self) -> Result<(), NodeError> {
+        let done = self.env.journal.meta(EVENTS_MATCHED)?;
+        for (seq, event) in self.env.journal.external_events_after(done)? {
+            if let Err(e) = self.wake_on_event(seq, &event).await {
+                tracing::warn!(seq, error = %e, "could not match an event at start-up");
+            }
+        }
+        Ok(())
     }
 
     /// The journal (read access for tools such as benchmarks and replay).

@@ -239,6 +239,10 @@ pub enum SessionEvent {
         /// The turn that runs now (the parked one continued, or a fresh one).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         turn_id: Option<TurnId>,
+        /// For a scheduled wake-up: how late it fired (ms after its due
+        /// time; large when it came due while berth was down).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lateness_ms: Option<u64>,
     },
     /// A suspension was cancelled (`session/close` while suspended); its
     /// handle can no longer be resumed. Renders as `_berth/agentEvent`.

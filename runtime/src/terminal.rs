@@ -30,6 +30,9 @@ pub enum TerminalKind {
     /// The session was suspended while this prompt ran (ACP `end_turn`); the
     /// turn continues after a resume. The owner is whoever initiated it.
     Suspended,
+    /// A suspension's timeout with `onTimeout: fail` elapsed: the parked turn
+    /// failed and its handle can no longer be resumed.
+    SuspensionTimeout,
 }
 
 /// Who ended a turn. A control client that wants to know *who* stopped a turn
@@ -97,7 +100,9 @@ impl Terminal {
             TerminalKind::UserCancelled
             | TerminalKind::SessionClosed
             | TerminalKind::ProcessRestarted => Some(StopReason::Cancelled),
-            TerminalKind::ProviderError | TerminalKind::InternalError => None,
+            TerminalKind::ProviderError
+            | TerminalKind::InternalError
+            | TerminalKind::SuspensionTimeout => None,
         }
     }
 }
@@ -110,7 +115,9 @@ impl TerminalKind {
                 TerminalOwner::Agent
             }
             TerminalKind::MaxTokens | TerminalKind::ProviderError => TerminalOwner::Provider,
-            TerminalKind::MaxTurnRequests => TerminalOwner::Policy,
+            TerminalKind::MaxTurnRequests | TerminalKind::SuspensionTimeout => {
+                TerminalOwner::Policy
+            }
             TerminalKind::UserCancelled | TerminalKind::SessionClosed => TerminalOwner::User,
             TerminalKind::ProcessRestarted | TerminalKind::InternalError => TerminalOwner::Harness,
         }

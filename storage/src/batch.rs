@@ -4,7 +4,7 @@ use berth_runtime::event::EventRecord;
 use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
 use berth_runtime::ids::{SessionId, TurnId};
-use berth_runtime::suspension::{ResumeClaim, Suspension};
+use berth_runtime::suspension::{ExternalEvent, ResumeClaim, Suspension, Wakeup};
 use serde::Serialize;
 
 use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
@@ -51,6 +51,17 @@ pub(crate) enum Op {
     TruncateTranscript {
         id: String,
         from: u64,
+    },
+    PutWakeup {
+        id: String,
+        value: Vec<u8>,
+    },
+    AppendExternalEvent {
+        value: Vec<u8>,
+    },
+    PutMeta {
+        key: String,
+        value: u64,
     },
     PutSuspension {
         id: String,
@@ -144,20 +155,45 @@ impl Batch {
     }
 
     /// Stores the session's suspension, replacing any earlier one (a session
-    /// has at most one; table `suspensions`, keyed by `suspension.session_id`).
+    /// has at most one; table `suspensions`, keyed by `suspension.session_id`),
+    /// and its [`Wakeup`] (table `wakeups`) when its conditions can fire —
+    /// in the same transaction, so the scheduler never misses a suspension.
     pub fn put_suspension(mut self, suspension: &Suspension) -> Self {
         self.ops.push(Op::PutSuspension {
             id: suspension.session_id.0.clone(),
             value: json(suspension),
         });
+        if let Some(wakeup) = Wakeup::of(suspension) {
+            self.ops.push(Op::PutWakeup {
+                id: suspension.session_id.0.clone(),
+                value: json(&wakeup),
+            });
+        }
         self
     }
 
     /// Removes the session's suspension, if any (it was resumed, cancelled or
-    /// failed). Claims on its handle stay.
+    /// failed), and its wake-up. Claims on its handle stay.
     pub fn delete_suspension(mut self, session: &SessionId) -> Self {
         self.ops.push(Op::DeleteSuspension {
             id: session.0.clone(),
+        });
+        self
+    }
+
+    /// Journals an external event (table `external_events`); its sequence
+    /// number is returned by `commit` among the ids, in op order.
+    pub fn append_external_event(mut self, event: &ExternalEvent) -> Self {
+        self.ops
+            .push(Op::AppendExternalEvent { value: json(event) });
+        self
+    }
+
+    /// Sets a counter in table `meta`.
+    pub fn put_meta(mut self, key: &str, value: u64) -> Self {
+        self.ops.push(Op::PutMeta {
+            key: key.to_owned(),
+            value,
         });
         self
     }

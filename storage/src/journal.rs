@@ -7,7 +7,7 @@ use berth_runtime::event::EventRecord;
 use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
 use berth_runtime::ids::{EventId, SessionId};
-use berth_runtime::suspension::{ResumeClaim, Suspension};
+use berth_runtime::suspension::{ExternalEvent, ResumeClaim, Suspension, Wakeup};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot};
@@ -16,7 +16,8 @@ use crate::batch::Batch;
 use crate::error::StorageError;
 use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
 use crate::tables::{
-    CHECKPOINTS, EVENTS, FRAMES, OPEN_TURNS, RESUME_CLAIMS, SESSIONS, SUSPENSIONS, TRANSCRIPTS,
+    CHECKPOINTS, EVENTS, EXTERNAL_EVENTS, FRAMES, META, OPEN_TURNS, RESUME_CLAIMS, SESSIONS,
+    SUSPENSIONS, TRANSCRIPTS, WAKEUPS,
 };
 use crate::writer::{self, Request};
 
@@ -92,7 +93,17 @@ impl Journal {
         })?;
         // Create every table so reads never meet a missing one.
         let txn = db.begin_write().map_err(|e| open_err(e.to_string()))?;
-        for table in [SESSIONS, FRAMES, OPEN_TURNS, SUSPENSIONS, RESUME_CLAIMS] {
+        txn.open_table(EXTERNAL_EVENTS)
+            .map_err(|e| open_err(e.to_string()))?;
+        txn.open_table(META).map_err(|e| open_err(e.to_string()))?;
+        for table in [
+            SESSIONS,
+            FRAMES,
+            OPEN_TURNS,
+            SUSPENSIONS,
+            RESUME_CLAIMS,
+            WAKEUPS,
+        ] {
             txn.open_table(table).map_err(|e| open_err(e.to_string()))?;
         }
         for table in [EVENTS, TRANSCRIPTS, CHECKPOINTS] {
@@ -345,5 +356,51 @@ impl Journal {
     /// As [`Journal::session`].
     pub fn resume_claim(&self, handle: &str) -> Result<Option<ResumeClaim>, StorageError> {
         self.get(RESUME_CLAIMS, "resume_claims", handle)
+    }
+
+    /// Every stored wake-up (what the scheduler arms at start-up).
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn wakeups(&self) -> Result<Vec<Wakeup>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(WAKEUPS)?;
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            out.push(decode("wakeups", k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// External events with sequence numbers above `after`, in order.
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn external_events_after(
+        &self,
+        after: u64,
+    ) -> Result<Vec<(u64, ExternalEvent)>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(EXTERNAL_EVENTS)?;
+        let mut out = Vec::new();
+        for entry in table.range(after.saturating_add(1)..)? {
+            let (k, v) = entry?;
+            out.push((
+                k.value(),
+                decode("external_events", &k.value().to_string(), v.value())?,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// A counter from table `meta` (0 when never set).
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn meta(&self, key: &str) -> Result<u64, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(META)?;
+        Ok(table.get(key)?.map_or(0, |v| v.value()))
     }
 }

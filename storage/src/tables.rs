@@ -23,3 +23,13 @@ pub const SUSPENSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("susp
 /// on it; written only through [`Batch::claim`](crate::Batch::claim) and never
 /// overwritten.
 pub const RESUME_CLAIMS: TableDefinition<&str, &[u8]> = TableDefinition::new("resume_claims");
+/// session id → the [`Wakeup`](berth_runtime::suspension::Wakeup) of its
+/// suspension (what the scheduler arms); written and removed with the
+/// suspension, in the same transaction.
+pub const WAKEUPS: TableDefinition<&str, &[u8]> = TableDefinition::new("wakeups");
+/// seq (from 1) → [`ExternalEvent`](berth_runtime::suspension::ExternalEvent):
+/// every event acknowledged to an emitter.
+pub const EXTERNAL_EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("external_events");
+/// name → counter (`events_matched`: the last external event whose matches
+/// were fired).
+pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");

@@ -19,7 +19,8 @@ use crate::batch::{Batch, Op, PendingClaim};
 use crate::error::StorageError;
 use crate::records::OpenTurn;
 use crate::tables::{
-    CHECKPOINTS, EVENTS, FRAMES, OPEN_TURNS, RESUME_CLAIMS, SESSIONS, SUSPENSIONS, TRANSCRIPTS,
+    CHECKPOINTS, EVENTS, EXTERNAL_EVENTS, FRAMES, META, OPEN_TURNS, RESUME_CLAIMS, SESSIONS,
+    SUSPENSIONS, TRANSCRIPTS, WAKEUPS,
 };
 
 /// Most requests folded into one transaction.
@@ -160,6 +161,10 @@ fn apply_all(
     let mut checkpoints = txn.open_table(CHECKPOINTS)?;
     let mut suspensions = txn.open_table(SUSPENSIONS)?;
     let mut resume_claims = txn.open_table(RESUME_CLAIMS)?;
+    let mut wakeups = txn.open_table(WAKEUPS)?;
+    let mut external = txn.open_table(EXTERNAL_EVENTS)?;
+    let mut meta = txn.open_table(META)?;
+    let mut last_external: Option<u64> = None;
     // Last event id per session, as of this transaction.
     let mut last: HashMap<&str, u64> = HashMap::new();
     let mut out = Vec::with_capacity(group.len());
@@ -223,8 +228,27 @@ fn apply_all(
                 Op::PutSuspension { id, value } => {
                     suspensions.insert(id.as_str(), value.as_slice())?;
                 }
+                Op::PutWakeup { id, value } => {
+                    wakeups.insert(id.as_str(), value.as_slice())?;
+                }
+                Op::AppendExternalEvent { value } => {
+                    let next = match last_external {
+                        Some(n) => n + 1,
+                        None => match external.last()? {
+                            Some((k, _)) => k.value() + 1,
+                            None => 1,
+                        },
+                    };
+                    external.insert(next, value.as_slice())?;
+                    last_external = Some(next);
+                    ids.push(next);
+                }
+                Op::PutMeta { key, value } => {
+                    meta.insert(key.as_str(), *value)?;
+                }
                 Op::DeleteSuspension { id } => {
                     suspensions.remove(id.as_str())?;
+                    wakeups.remove(id.as_str())?;
                 }
             }
         }

@@ -19,6 +19,7 @@ use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::steering::Injection;
 use berth_runtime::suspension::Suspension;
 use berth_runtime::tools::{ProcessGroups, ProcessLedger};
+use berth_scheduler::Scheduler;
 use berth_storage::{Batch, Journal, SessionRecord};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
@@ -41,6 +42,8 @@ pub struct SessionEnv {
     pub config: NodeConfig,
     /// Process groups started by this node's sessions (reaped at start-up).
     pub processes: Arc<ProcessLedger>,
+    /// The node's scheduler (wake-ups of parked sessions).
+    pub scheduler: Scheduler,
 }
 
 /// The answer to an attach (`session/load`, `session/resume`, `session/new`).
@@ -162,6 +165,15 @@ pub enum SessionMsg {
         /// Answered once the claim is committed.
         reply: RpcReplyPort<Result<ResumeOutcome, ControlError>>,
     },
+    /// A `fail` timeout elapsed: fail the suspension `handle`.
+    FailSuspension {
+        /// The handle that timed out.
+        handle: String,
+        /// Why (for the terminal).
+        reason: String,
+        /// Done, or why not.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
     /// Test-only fault injection: the handler fails, as a bug would.
     #[cfg(test)]
     InjectFault,
@@ -204,6 +216,14 @@ pub struct SessionState {
 }
 
 impl SessionState {
+    /// Forgets the suspension (its removal is committed) and disarms its
+    /// wake-up.
+    pub(crate) fn unpark(&mut self) {
+        if self.suspension.take().is_some() {
+            self.env.scheduler.disarm(&self.record.session_id);
+        }
+    }
+
     /// Journals `events` in one durable batch, then publishes them to the
     /// session's watchers. Nothing is published unless it is durable.
     ///
@@ -328,6 +348,11 @@ impl Actor for SessionActor {
             SessionMsg::Resume { params, reply } => {
                 lifecycle::resume::resume(&myself, state, params, reply).await
             }
+            SessionMsg::FailSuspension {
+                handle,
+                reason,
+                reply,
+            } => lifecycle::resume::fail(state, handle, reason, reply).await,
             SessionMsg::Cancel { actor, reply } => {
                 let _ = reply.send(lifecycle::cancel::cancel(state, &actor).await);
                 Ok(())

@@ -6,9 +6,11 @@
 //! - [`envelope`]: the durable [`Suspension`] envelope (handle, reason,
 //!   initiator, conditions, `suspendedAt`, frame, span links, parent session),
 //!   the [`SuspendMode`]s and the one-time [`ResumeClaim`].
+//! - [`wakeup`]: the compact [`Wakeup`] the scheduler keeps per parked session.
 
 pub mod conditions;
 pub mod envelope;
+pub mod wakeup;
 
 pub use conditions::{
     event_matches, ConditionError, OnTimeout, ResumeConditions, ResumeTimeout, TriggerSpec,
@@ -17,3 +19,4 @@ pub use envelope::{
     Initiator, ResumeCause, ResumeClaim, ResumeClaimKind, SpanLink, SuspendMode, SuspendRequest,
     Suspension,
 };
+pub use wakeup::{DueKind, ExternalEvent, Wakeup};

@@ -55,6 +55,7 @@ pub(crate) async fn cancel(
             state,
             &mut record,
             actor,
+            berth_runtime::suspension::ResumeClaimKind::Cancelled,
             Terminal::new(
                 TerminalKind::UserCancelled,
                 "a client sent session/cancel while the session was suspended",
@@ -75,7 +76,7 @@ pub(crate) async fn cancel(
                 .record_with(batch.put_session(&record), events)
                 .await?;
             state.record = record;
-            state.suspension = None;
+            state.unpark();
             state.transcript.extend(appended);
             return Ok(CancelStatus::Cancelled);
         }

@@ -1,6 +1,7 @@
 //! `session/close`: cancel, flush, drop (`remote-session-control.md`, "Stop").
 
 use berth_runtime::event::{ControlStatus, SessionEvent};
+use berth_runtime::suspension::ResumeClaimKind;
 use berth_runtime::terminal::{Terminal, TerminalKind};
 use berth_storage::Batch;
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -81,6 +82,7 @@ pub(crate) async fn finalize(
         state,
         &mut record,
         &actor,
+        ResumeClaimKind::Cancelled,
         Terminal::new(
             TerminalKind::SessionClosed,
             "a client sent session/close while the session was suspended",
@@ -111,7 +113,7 @@ pub(crate) async fn finalize(
     match state.record_with(batch.put_session(&record), events).await {
         Ok(()) => {
             state.record = record;
-            state.suspension = None;
+            state.unpark();
             state.transcript.extend(appended);
             for (_, reply) in pending {
                 let _ = reply.send(Ok(()));

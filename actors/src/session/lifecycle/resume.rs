@@ -74,6 +74,7 @@ async fn claim(
         continue_transcript,
         resumed_at: now,
         turn_id,
+        lateness_ms: params.lateness_ms,
     };
     let accepted = receipt(
         state,
@@ -127,7 +128,7 @@ async fn claim(
                 .await
                 .map_err(|e| conflict(&session_id, &handle, e))?;
             state.record = record;
-            state.suspension = None;
+            state.unpark();
             let input = ResumeInput {
                 input: params.input.clone(),
                 cause: params.cause,
@@ -195,7 +196,7 @@ async fn claim(
             let saved = std::mem::replace(&mut state.record, record);
             match prompt::begin(myself, state, Prompt::text(text), None, prelude).await {
                 Ok(turn_id) => {
-                    state.suspension = None;
+                    state.unpark();
                     Ok(outcome(Some(turn_id)))
                 }
                 Err((e, _)) => {
@@ -212,7 +213,7 @@ async fn claim(
                 .record_with(prelude_batch, events)
                 .await
                 .map_err(|e| conflict(&session_id, &handle, e))?;
-            state.suspension = None;
+            state.unpark();
             Ok(outcome(None))
         }
     }
@@ -358,4 +359,55 @@ fn digest(suspension: &Suspension, before: &[Message], input: Option<&Value>) ->
         None => out.push_str("No resume input was given; continue the work."),
     }
     out
+}
+
+/// Fails the session's suspension `handle` (a `fail` timeout): the handle is
+/// used up (claim kind `failed`; later resumes get `already_resumed`), a
+/// parked turn is sealed with terminal `suspension_timeout` (owner `policy`),
+/// and the session is idle again. Answered: `ResumeConflict` when `handle` is
+/// not the session's suspension any more (it was resumed or closed first).
+pub(crate) async fn fail(
+    state: &mut SessionState,
+    handle: String,
+    reason: String,
+    reply: RpcReplyPort<Result<(), ControlError>>,
+) -> Result<(), ActorProcessingErr> {
+    let session_id = state.record.session_id.clone();
+    if state.suspension.as_ref().is_none_or(|s| s.handle != handle) {
+        let _ = reply.send(Err(ControlError::ResumeConflict {
+            session_id,
+            handle: Some(handle),
+            reason: ResumeConflict::NotSuspended,
+        }));
+        return Ok(());
+    }
+    let mut record = state.record.clone();
+    let Some((batch, mut events, appended)) = super::suspend::cancel_suspension(
+        state,
+        &mut record,
+        "scheduler",
+        ResumeClaimKind::Failed,
+        Terminal::new(TerminalKind::SuspensionTimeout, reason.clone()),
+        &reason,
+    ) else {
+        let _ = reply.send(Ok(()));
+        return Ok(());
+    };
+    events.push(receipt(
+        state,
+        "session/resume",
+        "scheduler",
+        ControlStatus::Accepted,
+        "failed",
+        json!({"sessionId": session_id, "handle": handle}),
+        Some("timeout"),
+    ));
+    let answer = state.record_with(batch.put_session(&record), events).await;
+    if answer.is_ok() {
+        state.record = record;
+        state.unpark();
+        state.transcript.extend(appended);
+    }
+    let _ = reply.send(answer.map_err(|e| conflict(&session_id, &handle, e)));
+    Ok(())
 }

@@ -15,7 +15,7 @@ use berth_runtime::engine::ExecutionSuspended;
 use berth_runtime::event::{ControlStatus, EventRecord, SessionEvent};
 use berth_runtime::frame::{Frame, ToolOutcomeStatus};
 use berth_runtime::suspension::{
-    Initiator, ResumeClaim, ResumeClaimKind, SuspendMode, SuspendRequest, Suspension,
+    Initiator, ResumeClaim, ResumeClaimKind, SuspendMode, SuspendRequest, Suspension, Wakeup,
 };
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind, TerminalOwner};
 use berth_storage::{Batch, SessionRecord};
@@ -81,7 +81,7 @@ pub(crate) async fn suspend(
         let batch = Batch::new().put_suspension(&suspension);
         match state.record_with(batch, events).await {
             Ok(()) => {
-                state.suspension = Some(suspension.clone());
+                parked(state, suspension.clone());
                 let _ = reply.send(Ok(outcome(&suspension, false)));
             }
             Err(e) => {
@@ -253,10 +253,14 @@ pub(crate) fn outcome(suspension: &Suspension, already_suspended: bool) -> Suspe
     }
 }
 
-/// Records a committed suspension in memory and answers every waiting suspend.
+/// Records a committed suspension in memory, arms its wake-up (the journal
+/// holds it already), and answers every waiting suspend.
 pub(crate) fn parked(state: &mut SessionState, suspension: Suspension) {
     for reply in std::mem::take(&mut state.suspend_waiters) {
         let _ = reply.send(Ok(outcome(&suspension, false)));
+    }
+    if let Some(wakeup) = Wakeup::of(&suspension) {
+        state.env.scheduler.arm(wakeup);
     }
     state.suspension = Some(suspension);
 }
@@ -353,8 +357,8 @@ pub(crate) async fn park_turn(
     }
 }
 
-/// The writes that cancel the session's suspension: the handle is used up
-/// (claim kind `cancelled`; a later resume gets `already_resumed` naming it),
+/// The writes that end the session's suspension without a resume: the handle
+/// is used up (claim `kind`: `cancelled`, or `failed` for a `fail` timeout; a later resume gets `already_resumed` naming it),
 /// the envelope is removed, and a parked turn is sealed with `terminal`
 /// (see [`seal_parked`]). `record` gets the new checkpoint head. Returns the
 /// writes, the events and the transcript messages the seal appends; `None`
@@ -363,6 +367,7 @@ pub(crate) fn cancel_suspension(
     state: &SessionState,
     record: &mut SessionRecord,
     actor: &str,
+    kind: ResumeClaimKind,
     terminal: Terminal,
     why: &str,
 ) -> Option<(
@@ -376,7 +381,7 @@ pub(crate) fn cancel_suspension(
         .claim(&ResumeClaim {
             handle: suspension.handle.clone(),
             session_id: record.session_id.clone(),
-            kind: ResumeClaimKind::Cancelled,
+            kind,
             cause: None,
             actor: actor.to_owned(),
             claimed_at: now,

@@ -15,7 +15,8 @@ use crate::jsonrpc::RpcError;
 
 /// The suspend RFC's agent capabilities, under `agentCapabilities._meta.berth`
 /// (ACP forbids custom root fields). `resumeCauses` lists what can wake a
-/// session in this build: an explicit `session/resume`.
+/// session: an explicit `session/resume`, a time trigger (`condition_fired`),
+/// a timeout, and an external event.
 fn suspend_capabilities() -> Meta {
     let mut meta = Meta::new();
     meta.insert(
@@ -23,7 +24,7 @@ fn suspend_capabilities() -> Meta {
         json!({
             "supportsSuspend": true,
             "supportsAwaitResumption": true,
-            "resumeCauses": [ResumeCause::ExplicitResume],
+            "resumeCauses": ResumeCause::ALL,
         }),
     );
     meta

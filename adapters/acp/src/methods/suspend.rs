@@ -195,6 +195,7 @@ pub(crate) async fn claim(
                 continue_transcript: request.continue_transcript,
                 cause: ResumeCause::ExplicitResume,
                 actor: conn.actor(),
+                lateness_ms: None,
             },
         )
         .await
@@ -212,4 +213,29 @@ pub(crate) fn resumed_meta(outcome: &ResumeOutcome) -> Value {
         "continueTranscript": outcome.continue_transcript,
         "turnId": outcome.turn_id,
     })
+}
+
+/// `_berth/event.emit {name, data?}`: an external event (DESIGN.md, "The
+/// scheduler"). Journaled before the answer; every parked session whose
+/// `onEvent` (exact name, or a prefix ending in `*`) or event trigger (name
+/// and payload filter) matches is resumed with cause `external_event` and
+/// `data` as input. Answers `{seq, receivedAt, woke: [{sessionId, handle,
+/// resumed}]}`.
+///
+/// # Errors
+/// -32602 naming `name` or `data`.
+pub(crate) async fn emit_event(conn: &Connection, params: Value) -> Result<Value, RpcError> {
+    let object = object(&params, &["name", "data", "_meta"])?;
+    let name = match object.get("name") {
+        Some(Value::String(name)) => name.clone(),
+        Some(_) => return Err(RpcError::invalid_params("name", "must be a string")),
+        None => return Err(RpcError::invalid_params("name", "is required")),
+    };
+    let data = object.get("data").cloned().unwrap_or(Value::Null);
+    let outcome = conn.node.emit_event(&name, data, &conn.actor()).await?;
+    Ok(json!({
+        "seq": outcome.seq,
+        "receivedAt": outcome.received_at,
+        "woke": outcome.woke,
+    }))
 }
