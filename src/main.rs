@@ -22,8 +22,37 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve ACP (JSON-RPC 2.0, one message per line) on stdin/stdout.
+    /// Serve ACP (JSON-RPC 2.0, one message per line) on stdin/stdout, and on
+    /// the control socket `<data dir>/berth.sock` for local tools.
     Serve(ServeArgs),
+    /// External events that wake parked sessions.
+    Event {
+        #[command(subcommand)]
+        command: EventCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum EventCommand {
+    /// Sends an event to the running `berth serve` of a data dir (through its
+    /// control socket); prints `{seq, receivedAt, woke}` as JSON.
+    Emit(EmitArgs),
+}
+
+/// `berth event emit NAME [--data JSON]`.
+#[derive(clap::Args)]
+struct EmitArgs {
+    /// The event name (`ci.passed`, `file.changed:src/lib.rs`).
+    name: String,
+    /// The payload, as JSON (the resume input of what it wakes).
+    #[arg(long)]
+    data: Option<String>,
+    /// The server's data directory [default: ./berth-data].
+    #[arg(long, env = "BERTH_DATA_DIR")]
+    data_dir: Option<std::path::PathBuf>,
+    /// The control socket [default: <data dir>/berth.sock].
+    #[arg(long)]
+    socket: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -42,6 +71,9 @@ fn main() -> ExitCode {
             let result = rt.block_on(async {
                 match cli.command {
                     Command::Serve(args) => serve(args).await,
+                    Command::Event {
+                        command: EventCommand::Emit(args),
+                    } => emit(args).await,
                 }
             });
             // A stdin read may still be parked on a blocking thread after a
@@ -79,12 +111,30 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             settings.data_dir.display()
         )
     })?;
+    // The control socket is a convenience for local tools: berth serves
+    // stdio without it (e.g. when the path is over the OS limit).
+    let socket_path = settings.data_dir.join(CONTROL_SOCKET);
+    let mut socket = match berth_acp::transport::local::LocalSocket::bind(&socket_path) {
+        Ok(socket) => Some(socket),
+        Err(e) => {
+            tracing::warn!(path = %socket_path.display(), error = %e, "no control socket");
+            None
+        }
+    };
     tracing::info!(
         data_dir = %settings.data_dir.display(),
         model = node.config().model.name(),
+        control_socket = ?socket.as_ref().map(|s| s.path().display().to_string()),
         "berth serving ACP on stdio"
     );
+    let local = async {
+        match socket.as_mut() {
+            Some(socket) => socket.serve(node.clone(), settings.acp).await,
+            None => std::future::pending().await,
+        }
+    };
     let served = tokio::select! {
+        served = local => served.context("control socket failed"),
         served = berth_acp::transport::stdio::serve_stdio(node.clone(), settings.acp) => {
             served.context("stdio transport failed")
         }
@@ -97,6 +147,55 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // running stays open in the journal and is sealed at the next start.
     node.shutdown().await;
     served
+}
+
+/// The control socket's file name in the data dir.
+const CONTROL_SOCKET: &str = "berth.sock";
+
+/// `berth event emit`: one `_berth/event.emit` request over the control
+/// socket; the answer is printed as JSON, an error is the exit status.
+async fn emit(args: EmitArgs) -> anyhow::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let data: serde_json::Value = match &args.data {
+        Some(text) => serde_json::from_str(text).context("--data is not JSON")?,
+        None => serde_json::Value::Null,
+    };
+    let socket = args.socket.unwrap_or_else(|| {
+        args.data_dir
+            .unwrap_or_else(|| std::path::PathBuf::from("berth-data"))
+            .join(CONTROL_SOCKET)
+    });
+    let stream = tokio::net::UnixStream::connect(&socket)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach a running berth at {} (is `berth serve` running on that data dir?)",
+                socket.display()
+            )
+        })?;
+    let (read, mut write) = stream.into_split();
+    let request = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "_berth/event.emit",
+        "params": {"name": args.name, "data": data},
+    });
+    write.write_all(format!("{request}\n").as_bytes()).await?;
+    let mut lines = BufReader::new(read).lines();
+    while let Some(line) = lines.next_line().await? {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if message.get("id") != Some(&serde_json::json!(1)) {
+            continue;
+        }
+        if let Some(error) = message.get("error") {
+            anyhow::bail!("the event was refused: {error}");
+        }
+        println!("{}", message.get("result").cloned().unwrap_or_default());
+        return Ok(());
+    }
+    anyhow::bail!("berth closed the control socket before answering")
 }
 
 /// Resolves with the name of the first SIGTERM or SIGINT.

@@ -441,3 +441,51 @@ fn a_crash_settles_the_turns_loose_ends_and_leaves_it_rollbackable() {
     // user, assistant(call 1), tool 1, assistant(call 2), tool 2 (synthetic).
     assert_eq!(after, 5, "{redone}");
 }
+
+#[test]
+fn berth_event_emit_reaches_the_running_server_and_wakes_a_parked_session() {
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
+    let mut server = Server::start(&data, &script);
+    server.send(1, "initialize", json!({"protocolVersion": 1}));
+    server.until(1);
+    let sid = server.new_session(2, &cwd);
+    server.send(
+        3,
+        "session/suspend",
+        json!({"sessionId": sid, "resumeWhen": {"onEvent": "ci.*"}}),
+    );
+    let handle = server.until(3).1["result"]["handle"].clone();
+    let run = |name: &str, payload: &str| {
+        Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["event", "emit", name, "--data", payload, "--data-dir"])
+            .arg(&data)
+            .output()
+            .expect("run berth event emit")
+    };
+    let bad = run("bad name", "1");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("\"field\":\"name\""));
+    let out = run("ci.passed", "\"hi\"");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["woke"][0]["sessionId"], json!(sid));
+    assert_eq!(answer["woke"][0]["handle"], handle);
+    assert_eq!(answer["woke"][0]["resumed"], true);
+    // The resumed turn streams to the stdio client: cause external_event, the
+    // payload as input (the script answers "hi" with "hello again").
+    let mut saw = (false, false);
+    while !(saw.0 && saw.1) {
+        let note = server.next();
+        if note["params"]["type"] == "resumed" {
+            assert_eq!(note["params"]["event"]["cause"], "external_event");
+            saw.0 = true;
+        }
+        if note["params"]["update"]["content"]["text"] == "hello again" {
+            saw.1 = true;
+        }
+    }
+}
