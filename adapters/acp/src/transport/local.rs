@@ -65,7 +65,6 @@ impl LocalSocket {
             };
             let (stream, _) = listener.accept().await?;
             let node = node.clone();
-            let options = options.clone();
             tokio::spawn(async move {
                 let (read, write) = stream.into_split();
                 if let Err(e) = serve(node, read, write, options).await {
