@@ -53,7 +53,8 @@ impl LocalSocket {
     /// [`MAX_CONNECTIONS`] at once.
     ///
     /// # Errors
-    /// An accept error that is not transient.
+    /// None today (accept errors are logged and retried); the `Result` is for
+    /// the caller's `select!`.
     pub async fn serve(&mut self, node: Node, options: ServeOptions) -> std::io::Result<()> {
         let Some(listener) = self.listener.take() else {
             return Ok(());
@@ -63,7 +64,16 @@ impl LocalSocket {
             let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
                 return Ok(());
             };
-            let (stream, _) = listener.accept().await?;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                // Out of descriptors and the like: the node goes on serving
+                // stdio; try again shortly.
+                Err(e) => {
+                    tracing::warn!(error = %e, "control socket accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
             let node = node.clone();
             tokio::spawn(async move {
                 let (read, write) = stream.into_split();
