@@ -27,7 +27,7 @@ pub mod watch;
 pub use config::NodeConfig;
 pub use error::ControlError;
 pub use node::{
-    CancelStatus, NewSession, Node, PromptOutcome, ResumeOutcome, ResumeParams, SessionStatus,
-    SuspendOutcome, SuspendParams,
+    BroadcastOutcome, CancelStatus, NewSession, Node, PromptOutcome, ResumeOutcome, ResumeParams,
+    SessionSelector, SessionStatus, SuspendOutcome, SuspendParams,
 };
 pub use watch::{SessionNotice, Watcher};

@@ -87,6 +87,8 @@ pub struct NewSession {
     pub mcp_servers: Vec<Value>,
     /// The parent of a nested session (must exist).
     pub parent_session_id: Option<SessionId>,
+    /// Labels (each 1–64 of `A-Za-z0-9._:-`, at most 32).
+    pub labels: Vec<String>,
 }
 
 /// How a prompt turn ended.
@@ -117,6 +119,45 @@ pub struct SuspendParams {
     pub actor: String,
     /// `client` for `session/suspend`; `policy`/`scheduler` for berth's own.
     pub initiator: Initiator,
+    /// Only a running session: an idle one answers `NoActivePrompt` instead
+    /// of parking (the broadcast suspend).
+    pub require_running: bool,
+}
+
+/// Which sessions `_berth/suspend_many` addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionSelector {
+    /// Every session.
+    All,
+    /// Sessions carrying this label.
+    Label(String),
+    /// These sessions.
+    Ids(Vec<SessionId>),
+}
+
+/// One session's outcome in a broadcast suspend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum BroadcastOutcome {
+    /// It was running and is now suspended.
+    Suspended {
+        /// The new suspension's handle.
+        handle: String,
+    },
+    /// It was suspended before.
+    AlreadySuspended {
+        /// The existing handle.
+        handle: String,
+    },
+    /// Nothing ran on it (idle or closed).
+    NotRunning,
+    /// The server holds no such session.
+    Unknown,
+    /// Suspending it failed (journal, actor).
+    Failed {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Answer to `session/suspend` (RFC `SessionSuspendResponse`).
@@ -531,6 +572,20 @@ impl Node {
                 &format!("{} is not an absolute path", bad.display()),
             ));
         }
+        if params.labels.len() > 32
+            || params.labels.iter().any(|l| {
+                l.is_empty()
+                    || l.len() > 64
+                    || !l
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
+            })
+        {
+            return Err(ControlError::invalid(
+                "_meta.berth.labels",
+                "at most 32 labels, each 1 to 64 characters of A-Z a-z 0-9 . _ : -",
+            ));
+        }
         if let Some(parent) = &params.parent_session_id {
             if self.env.journal.session(parent)?.is_none() {
                 return Err(ControlError::invalid(
@@ -552,6 +607,7 @@ impl Node {
             closed_at: None,
             checkpoint_head: 0,
             parent_session_id: params.parent_session_id,
+            labels: params.labels,
             context_from: 0,
             suspend_request: None,
         };
@@ -609,6 +665,80 @@ impl Node {
             reply,
         })
         .await?
+    }
+
+    /// Interrupt-and-suspend broadcast (`_berth/suspend_many`): suspends every
+    /// selected *running* session with `mode` (all at once; each answer waits
+    /// for its turn to park) and reports per session. `All` and `Label`
+    /// consider the sessions held in memory (every running one is).
+    ///
+    /// # Errors
+    /// [`ControlError::Storage`] reading the selection.
+    pub async fn suspend_many(
+        &self,
+        selector: SessionSelector,
+        mode: SuspendMode,
+        reason: Option<String>,
+        actor: &str,
+    ) -> Result<Vec<(SessionId, BroadcastOutcome)>, ControlError> {
+        let ids = match &selector {
+            SessionSelector::Ids(ids) => ids.clone(),
+            SessionSelector::All | SessionSelector::Label(_) => {
+                let mut ids = self.registry.live_ids().await;
+                ids.sort();
+                ids
+            }
+        };
+        let tasks = ids.into_iter().map(|id| {
+            let selector = &selector;
+            let reason = reason.clone();
+            async move {
+                let record = match self.env.journal.session(&id) {
+                    Ok(Some(record)) => record,
+                    Ok(None) => return Some((id, BroadcastOutcome::Unknown)),
+                    Err(e) => {
+                        return Some((
+                            id,
+                            BroadcastOutcome::Failed {
+                                reason: e.to_string(),
+                            },
+                        ))
+                    }
+                };
+                if let SessionSelector::Label(label) = selector {
+                    if !record.labels.contains(label) {
+                        return None;
+                    }
+                }
+                let params = SuspendParams {
+                    mode,
+                    reason,
+                    resume_when: None,
+                    actor: actor.to_owned(),
+                    initiator: Initiator::Client,
+                    require_running: true,
+                };
+                let outcome = match self.suspend(&id, params).await {
+                    Ok(o) if o.already_suspended => {
+                        BroadcastOutcome::AlreadySuspended { handle: o.handle }
+                    }
+                    Ok(o) => BroadcastOutcome::Suspended { handle: o.handle },
+                    Err(
+                        ControlError::NoActivePrompt { .. } | ControlError::SessionClosed { .. },
+                    ) => BroadcastOutcome::NotRunning,
+                    Err(ControlError::UnknownSession { .. }) => BroadcastOutcome::Unknown,
+                    Err(e) => BroadcastOutcome::Failed {
+                        reason: e.to_string(),
+                    },
+                };
+                Some((id, outcome))
+            }
+        });
+        Ok(futures::future::join_all(tasks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect())
     }
 
     /// Claims the session's suspension and wakes it (see

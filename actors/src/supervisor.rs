@@ -90,6 +90,7 @@ mod tests {
                 additional_directories: vec![],
                 mcp_servers: vec![],
                 parent_session_id: None,
+                labels: vec![],
             })
             .await
             .unwrap();

@@ -49,6 +49,10 @@ pub struct SessionRecord {
     /// came before, then the input) without deleting the transcript.
     #[serde(default)]
     pub context_from: u64,
+    /// Labels for selecting sessions (`_meta.berth.labels` in `session/new`;
+    /// the broadcast suspend and budget policies select by label).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
     /// A suspension requested while a turn runs and not yet committed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend_request: Option<SuspendRequest>,

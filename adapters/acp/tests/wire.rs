@@ -1205,3 +1205,80 @@ async fn suspend_params_are_validated_naming_the_field_and_change_nothing() {
         .await;
     assert_eq!(error_of(&r).1["reason"], "not_suspended", "{r}");
 }
+
+#[tokio::test]
+async fn a_broadcast_suspend_reports_every_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(
+        &node,
+        ServeOptions {
+            max_in_flight: 512,
+            ..ServeOptions::default()
+        },
+    );
+    let mut running = Vec::new();
+    for i in 0..100 {
+        let label = if i % 2 == 0 { "even" } else { "odd" };
+        let r = c
+            .call(
+                "session/new",
+                json!({"cwd": dir.path(), "mcpServers": [], "_meta": {"berth": {"labels": [label]}}}),
+            )
+            .await;
+        running.push(r["result"]["sessionId"].as_str().unwrap().to_owned());
+    }
+    let idle = c.new_session(dir.path()).await;
+    let parked = c.new_session(dir.path()).await;
+    let handle = c
+        .call("session/suspend", json!({"sessionId": parked}))
+        .await["result"]["handle"]
+        .clone();
+    let prompts: Vec<u64> = {
+        let mut ids = Vec::new();
+        for sid in &running {
+            ids.push(c.prompt(sid, "slow").await);
+        }
+        ids
+    };
+    let mut ids: Vec<Value> = running.iter().map(|s| json!(s)).collect();
+    ids.extend([json!(idle), json!(parked), json!("sess_nope")]);
+    let r = c
+        .call("_berth/suspend_many", json!({"sessionIds": ids}))
+        .await;
+    let results = r["result"]["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(results.len(), 103);
+    let outcome = |sid: &str| {
+        results
+            .iter()
+            .find(|e| e["sessionId"] == sid)
+            .unwrap_or_else(|| panic!("no result for {sid}"))
+            .clone()
+    };
+    for sid in &running {
+        let o = outcome(sid);
+        assert_eq!(o["outcome"], "suspended", "{o}");
+        assert!(o["handle"].is_string());
+    }
+    assert_eq!(outcome(&idle)["outcome"], "not_running");
+    assert_eq!(outcome(&parked)["outcome"], "already_suspended");
+    assert_eq!(outcome(&parked)["handle"], handle);
+    assert_eq!(outcome("sess_nope")["outcome"], "unknown");
+    for id in prompts {
+        let (answer, _) = c.response(id).await;
+        assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    }
+    // By label, and selector validation.
+    let r = c
+        .call("_berth/suspend_many", json!({"label": "even"}))
+        .await;
+    let results = r["result"]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 50);
+    assert!(results.iter().all(|e| e["outcome"] == "already_suspended"));
+    let r = c
+        .call("_berth/suspend_many", json!({"all": true, "label": "even"}))
+        .await;
+    assert_eq!(error_of(&r).0, -32602);
+}

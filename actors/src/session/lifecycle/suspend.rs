@@ -73,6 +73,10 @@ pub(crate) async fn suspend(
         return Ok(());
     }
     let now = state.env.config.clock.now();
+    if params.require_running && state.turn.is_none() {
+        let _ = reply.send(Err(ControlError::NoActivePrompt { session_id }));
+        return Ok(());
+    }
     let Some(turn) = &state.turn else {
         // Idle: park at once.
         let request = request(state, &params, now);

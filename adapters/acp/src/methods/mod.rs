@@ -40,6 +40,7 @@ pub async fn handle_request(
         "session/close" => close::close(conn, params).await,
         "session/suspend" => suspend::suspend(conn, params).await,
         "_berth/event.emit" => suspend::emit_event(conn, params).await,
+        "_berth/suspend_many" => suspend::suspend_many(conn, params).await,
         "session/cancel_tool_call" => cancel::cancel_tool_call(conn, params).await,
         "session/inject" => inject::inject(conn, params).await,
         "session/revoke_inject" => inject::revoke(conn, params).await,

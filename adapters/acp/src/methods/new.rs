@@ -52,6 +52,22 @@ pub(crate) async fn new_session(conn: &Connection, mut params: Value) -> Result<
             ))
         }
     };
+    let labels = match params.pointer("/_meta/berth/labels") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                RpcError::invalid_params("_meta.berth.labels", "must be an array of strings")
+            })?,
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "_meta.berth.labels",
+                "must be an array of strings",
+            ))
+        }
+    };
     let request: NewSessionRequest = parse(params)?;
     let mcp_servers = request
         .mcp_servers
@@ -66,6 +82,7 @@ pub(crate) async fn new_session(conn: &Connection, mut params: Value) -> Result<
             additional_directories: request.additional_directories,
             mcp_servers,
             parent_session_id: parent,
+            labels,
         })
         .await?;
     conn.ensure_attached(&record.session_id).await?;

@@ -1,7 +1,7 @@
 //! `session/suspend` and the enriched `session/resume`
 //! (`seeds/acp-session-suspend-rfc.md`, "Proposed wire format").
 
-use berth_actors::{ResumeOutcome, ResumeParams, SuspendParams};
+use berth_actors::{ResumeOutcome, ResumeParams, SessionSelector, SuspendParams};
 use berth_runtime::ids::SessionId;
 use berth_runtime::suspension::{Initiator, ResumeCause, ResumeConditions, SuspendMode};
 use serde_json::{json, Map, Value};
@@ -82,6 +82,7 @@ pub(crate) async fn suspend(conn: &Connection, params: Value) -> Result<Value, R
                 resume_when,
                 actor: conn.actor(),
                 initiator: Initiator::Client,
+                require_running: false,
             },
         )
         .await
@@ -238,4 +239,84 @@ pub(crate) async fn emit_event(conn: &Connection, params: Value) -> Result<Value
         "receivedAt": outcome.received_at,
         "woke": outcome.woke,
     }))
+}
+
+/// `_berth/suspend_many {all | label | sessionIds, mode?, reason?}`: the
+/// operator's interrupt-and-suspend broadcast. Exactly one selector; `mode`
+/// defaults to `interrupt_immediate`. Answers `{results: [{sessionId,
+/// outcome: suspended | already_suspended | not_running | unknown | failed,
+/// handle?}]}` once every selected running session has parked.
+///
+/// # Errors
+/// -32602 naming the selector or field.
+pub(crate) async fn suspend_many(conn: &Connection, params: Value) -> Result<Value, RpcError> {
+    let object = object(
+        &params,
+        &["all", "label", "sessionIds", "mode", "reason", "_meta"],
+    )?;
+    let selectors = ["all", "label", "sessionIds"]
+        .iter()
+        .filter(|k| {
+            object
+                .get(**k)
+                .is_some_and(|v| !v.is_null() && *v != Value::Bool(false))
+        })
+        .count();
+    if selectors != 1 {
+        return Err(RpcError::invalid_params(
+            "params",
+            "give exactly one of all: true, label, sessionIds",
+        ));
+    }
+    let selector = if object.get("all") == Some(&Value::Bool(true)) {
+        SessionSelector::All
+    } else if let Some(label) = object.get("label").filter(|v| !v.is_null()) {
+        SessionSelector::Label(
+            label
+                .as_str()
+                .ok_or_else(|| RpcError::invalid_params("label", "must be a string"))?
+                .to_owned(),
+        )
+    } else if let Some(ids) = object.get("sessionIds").filter(|v| !v.is_null()) {
+        let ids = ids
+            .as_array()
+            .and_then(|a| {
+                a.iter()
+                    .map(|v| {
+                        v.as_str()
+                            .filter(|s| !s.is_empty())
+                            .map(|s| SessionId(s.to_owned()))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or_else(|| {
+                RpcError::invalid_params("sessionIds", "must be an array of session ids")
+            })?;
+        SessionSelector::Ids(ids)
+    } else {
+        return Err(RpcError::invalid_params("all", "must be true"));
+    };
+    let mode = match object.get("mode") {
+        None | Some(Value::Null) => SuspendMode::InterruptImmediate,
+        Some(value) => serde_json::from_value(value.clone()).map_err(|_| {
+            RpcError::invalid_params(
+                "mode",
+                "must be one of finish_step, interrupt_immediate, wait_for_completion",
+            )
+        })?,
+    };
+    let reason = optional_string(object, "reason")?;
+    let results = conn
+        .node
+        .suspend_many(selector, mode, reason, &conn.actor())
+        .await?;
+    let results: Vec<Value> = results
+        .into_iter()
+        .map(|(id, outcome)| {
+            let mut entry = serde_json::to_value(&outcome).unwrap_or_default();
+            entry["sessionId"] = json!(id);
+            entry
+        })
+        .collect();
+    Ok(json!({ "results": results }))
 }
