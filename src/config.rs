@@ -6,6 +6,17 @@
 //! model = "scripted"               # scripted | scripted:PATH | openai:MODEL
 //! max_model_calls = 50             # per turn
 //! quick_repair = false             # redb quick-repair (faster crash recovery, slower commits)
+//!
+//! [[budgets]]                      # budget policies; a breach suspends the session
+//! label = "fleet"                  # only sessions with this label (omit: all)
+//! max_tokens = 200000              # input + output tokens over the session's turns
+//! max_cost_usd = 2.5               # needs a price for the model below
+//! max_tool_calls = 500
+//! max_wall_ms = 3600000            # time spent running turns
+//!
+//! [prices."openai:gpt-4o-mini"]   # per model name (`initialize` shows it)
+//! input_per_mtok_usd = 0.15
+//! output_per_mtok_usd = 0.6
 //! completion_judge = false         # restate an unmet request as a corrective directive at end of turn
 //! require_approval = ["shell"]     # tools whose calls wait for session/request_permission
 //!
@@ -19,11 +30,13 @@
 //! request_timeout_ms = 600000
 //! ```
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
 use berth_acp::ServeOptions;
+use berth_runtime::budget::{BudgetPolicy, Price};
 use berth_runtime::model::openai::{OpenAiConfig, OpenAiModel};
 use berth_runtime::model::{self, ModelProvider};
 use clap::Args;
@@ -83,6 +96,12 @@ pub struct FileConfig {
     acp: AcpSection,
     #[serde(default)]
     openai: OpenAiSection,
+    /// `[[budgets]]`: budget policies (limits for all sessions or a label).
+    #[serde(default)]
+    budgets: Vec<BudgetPolicy>,
+    /// `[prices."MODEL NAME"]`: USD per million input/output tokens.
+    #[serde(default)]
+    prices: HashMap<String, Price>,
 }
 
 /// Everything `serve` needs, resolved.
@@ -94,6 +113,8 @@ pub struct Settings {
     pub completion_judge: bool,
     pub require_approval: Vec<String>,
     pub acp: ServeOptions,
+    pub budgets: Vec<BudgetPolicy>,
+    pub prices: HashMap<String, Price>,
 }
 
 impl FileConfig {
@@ -157,6 +178,8 @@ impl FileConfig {
                 args.require_approval.clone()
             },
             acp,
+            budgets: self.budgets,
+            prices: self.prices,
         })
     }
 }

@@ -100,6 +100,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     node_config.max_model_calls = settings.max_model_calls;
     node_config.quick_repair = settings.quick_repair;
     node_config.needs_approval = settings.require_approval;
+    node_config.budgets = settings.budgets;
+    node_config.prices = settings.prices;
     if settings.completion_judge {
         node_config.completion_judge = Some(std::sync::Arc::new(
             berth_runtime::directives::ObjectiveJudge,

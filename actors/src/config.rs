@@ -1,8 +1,10 @@
 //! What a node runs with.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use berth_runtime::budget::{BudgetPolicy, Price};
 use berth_runtime::clock::{Clock, SystemClock};
 use berth_runtime::directives::CompletionJudge;
 use berth_runtime::ids::{IdSource, RandomIds};
@@ -32,6 +34,10 @@ pub struct NodeConfig {
     /// Tools whose calls wait for a client's approval
     /// (`session/request_permission`); empty by default.
     pub needs_approval: Vec<String>,
+    /// Budget policies (`[[budgets]]` in the config file); none by default.
+    pub budgets: Vec<BudgetPolicy>,
+    /// Model prices by model name (`[prices."NAME"]`), for cost budgets.
+    pub prices: HashMap<String, Price>,
 }
 
 impl NodeConfig {
@@ -48,6 +54,8 @@ impl NodeConfig {
             ids: Arc::new(RandomIds),
             completion_judge: None,
             needs_approval: Vec::new(),
+            budgets: Vec::new(),
+            prices: HashMap::new(),
         }
     }
 }

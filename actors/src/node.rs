@@ -608,6 +608,8 @@ impl Node {
             checkpoint_head: 0,
             parent_session_id: params.parent_session_id,
             labels: params.labels,
+            spend: Default::default(),
+            budget_grant: Default::default(),
             context_from: 0,
             suspend_request: None,
         };

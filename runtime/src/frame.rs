@@ -42,6 +42,12 @@ pub struct Accounting {
     pub model_calls: u32,
     /// Tokens used so far in this turn.
     pub usage: Usage,
+    /// Tool calls dispatched so far in this turn.
+    #[serde(default)]
+    pub tool_calls: u32,
+    /// Wall time the turn has run (ms; time parked does not count).
+    #[serde(default)]
+    pub wall_ms: u64,
 }
 
 /// How one tool call of a batch came out.

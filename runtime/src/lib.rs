@@ -17,10 +17,12 @@
 //! - [`directives`]: the authority ladder and the completion judge.
 //! - [`steering`]: injected messages (`session/inject`) and the seams that drain them.
 //! - [`suspension`]: resume conditions, the suspension envelope and the resume claim.
+//! - [`budget`]: per-session spend against budget policies.
 //! - [`engine`]: [`engine::run_turn`], the turn loop (model call → tool batch → …).
 
 #![warn(missing_docs)]
 
+pub mod budget;
 pub mod clock;
 pub mod content;
 pub mod directives;

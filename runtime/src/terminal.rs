@@ -33,6 +33,9 @@ pub enum TerminalKind {
     /// A suspension's timeout with `onTimeout: fail` elapsed: the parked turn
     /// failed and its handle can no longer be resumed.
     SuspensionTimeout,
+    /// A budget policy suspended the session while this prompt ran (ACP
+    /// `end_turn`); an operator resumes it with `{"budget": {...}}`.
+    PolicyBudget,
 }
 
 /// Who ended a turn. A control client that wants to know *who* stopped a turn
@@ -93,7 +96,9 @@ impl Terminal {
     /// ended in an error (reported as a JSON-RPC error instead).
     pub fn stop_reason(&self) -> Option<StopReason> {
         match self.kind {
-            TerminalKind::Completed | TerminalKind::Suspended => Some(StopReason::EndTurn),
+            TerminalKind::Completed | TerminalKind::Suspended | TerminalKind::PolicyBudget => {
+                Some(StopReason::EndTurn)
+            }
             TerminalKind::MaxTokens => Some(StopReason::MaxTokens),
             TerminalKind::MaxTurnRequests => Some(StopReason::MaxTurnRequests),
             TerminalKind::Refusal => Some(StopReason::Refusal),
@@ -115,9 +120,9 @@ impl TerminalKind {
                 TerminalOwner::Agent
             }
             TerminalKind::MaxTokens | TerminalKind::ProviderError => TerminalOwner::Provider,
-            TerminalKind::MaxTurnRequests | TerminalKind::SuspensionTimeout => {
-                TerminalOwner::Policy
-            }
+            TerminalKind::MaxTurnRequests
+            | TerminalKind::SuspensionTimeout
+            | TerminalKind::PolicyBudget => TerminalOwner::Policy,
             TerminalKind::UserCancelled | TerminalKind::SessionClosed => TerminalOwner::User,
             TerminalKind::ProcessRestarted | TerminalKind::InternalError => TerminalOwner::Harness,
         }

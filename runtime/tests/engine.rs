@@ -78,6 +78,7 @@ fn deps(model: Arc<dyn ModelProvider>) -> TurnDeps {
         control: Arc::new(TurnControl::default()),
         judge: None,
         needs_approval: vec![],
+        budget: None,
     }
 }
 

@@ -137,6 +137,7 @@ async fn run_with(
         control: Arc::clone(&control),
         judge,
         needs_approval: vec![],
+        budget: None,
     };
     let spec = TurnSpec {
         session_id: SessionId::from("sess_s"),

@@ -146,6 +146,7 @@ fn setup(prompt: &str, trigger: Trigger) -> Setup {
         control: Arc::clone(&control),
         judge: None,
         needs_approval: vec![],
+        budget: None,
     };
     let sink = Sink {
         control,

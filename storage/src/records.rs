@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use berth_runtime::budget::{BudgetLimits, Spend};
 use berth_runtime::history::Message;
 use berth_runtime::ids::{SessionId, TurnId};
 use berth_runtime::suspension::SuspendRequest;
@@ -53,6 +54,13 @@ pub struct SessionRecord {
     /// the broadcast suspend and budget policies select by label).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub labels: Vec<String>,
+    /// What the session's sealed turns spent (for budget policies).
+    #[serde(default)]
+    pub spend: Spend,
+    /// Budget operators granted on top of the policies (resume input
+    /// `{"budget": {...}}`; added up).
+    #[serde(default, skip_serializing_if = "BudgetLimits::is_unlimited")]
+    pub budget_grant: BudgetLimits,
     /// A suspension requested while a turn runs and not yet committed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend_request: Option<SuspendRequest>,

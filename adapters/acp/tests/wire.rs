@@ -38,6 +38,19 @@ steps = [
 match = "short job"
 steps = [ { tool_call = { name = "shell", arguments = { command = "sleep 0.2; echo ran >> jobs.log" } } }, { text = "after the job" } ]
 [[rules]]
+match = "budgeted"
+steps = [
+  { tool_call = { name = "shell", arguments = { command = "echo A >> budget.log" } } },
+  { tool_call = { name = "shell", arguments = { command = "echo B >> budget.log" } } },
+  { text = "budgeted done" },
+]
+[[rules]]
+match = "[resumed]"
+steps = [
+  { tool_call = { name = "shell", arguments = { command = "echo C >> budget.log" } } },
+  { text = "refilled done" },
+]
+[[rules]]
 match = "two jobs"
 steps = [
   { tool_calls = [
@@ -1281,4 +1294,77 @@ async fn a_broadcast_suspend_reports_every_session() {
         .call("_berth/suspend_many", json!({"all": true, "label": "even"}))
         .await;
     assert_eq!(error_of(&r).0, -32602);
+}
+
+#[tokio::test]
+async fn a_budget_breach_suspends_for_the_policy_and_a_refill_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node_with(dir.path(), |c| {
+        c.budgets = vec![berth_runtime::budget::BudgetPolicy {
+            label: Some("metered".into()),
+            limits: berth_runtime::budget::BudgetLimits {
+                max_tool_calls: Some(0),
+                ..Default::default()
+            },
+        }];
+    })
+    .await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": dir.path(), "mcpServers": [], "_meta": {"berth": {"labels": ["metered"]}}}),
+        )
+        .await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_owned();
+    let answer = c.call_prompt(&sid, "budgeted").await;
+    let berth = &answer["result"]["_meta"]["berth"];
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(berth["terminal"]["kind"], "policy_budget");
+    assert_eq!(berth["terminal"]["owner"], "policy");
+    let log = || std::fs::read_to_string(dir.path().join("budget.log")).unwrap_or_default();
+    assert_eq!(
+        log(),
+        "A\n",
+        "the call that broke the budget settled; nothing after it ran"
+    );
+    let view = c
+        .call("berth.session_view.query", json!({"sessionId": sid}))
+        .await;
+    let suspension = &view["result"]["run"]["suspension"];
+    assert_eq!(suspension["initiator"], "policy", "{view}");
+    assert!(suspension["reason"]
+        .as_str()
+        .unwrap()
+        .contains("tool calls"));
+    // A bad refill is refused and changes nothing; a good one resumes.
+    let r = c
+        .call(
+            "session/resume",
+            json!({"sessionId": sid, "input": {"budget": {"max_tools": 5}}}),
+        )
+        .await;
+    assert_eq!(error_of(&r).1["field"], "input.budget", "{r}");
+    let (r, mut notes) = c
+        .exchange(
+            "session/resume",
+            json!({"sessionId": sid, "input": {"budget": {"max_tool_calls": 5}}}),
+        )
+        .await;
+    assert!(
+        r["result"]["_meta"]["berth"]["resumed"]["handle"].is_string(),
+        "{r}"
+    );
+    while !notes.iter().any(|n| n["params"]["type"] == "turn_ended") {
+        notes.push(c.read().await);
+    }
+    let ended = notes
+        .iter()
+        .find(|n| n["params"]["type"] == "turn_ended")
+        .unwrap();
+    assert_eq!(
+        ended["params"]["event"]["terminal"]["kind"], "completed",
+        "{ended}"
+    );
+    assert_eq!(log(), "A\nC\n");
 }

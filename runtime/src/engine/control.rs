@@ -20,6 +20,7 @@ pub struct TurnControl {
     suspend: Mutex<Option<SuspendMode>>,
     suspend_signal: CancellationToken,
     interrupt_signal: CancellationToken,
+    policy: Mutex<Option<String>>,
 }
 
 /// A tool call of the running turn, as `session/cancel_tool_call` sees it.
@@ -93,6 +94,24 @@ impl TurnControl {
             self.interrupt_signal.cancel();
         }
         effective
+    }
+
+    /// Suspends the turn for a budget breach (`interrupt_immediate`,
+    /// initiator `policy`); the first reason is kept.
+    pub fn suspend_for_policy(&self, reason: String) {
+        self.policy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(reason);
+        self.request_suspend(SuspendMode::InterruptImmediate);
+    }
+
+    /// Why a policy suspended the turn, if one did.
+    pub fn policy_breach(&self) -> Option<String> {
+        self.policy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The pending suspension request, if any.

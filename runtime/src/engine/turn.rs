@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::{PermissionDecision, PermissionRequest, SinkError, TurnControl, TurnSink};
+use crate::budget::Budget;
 use crate::content::Prompt;
 use crate::directives::{Authority, CompletionJudge, Directive, DirectiveSet, Registered};
 use crate::event::{SessionEvent, ToolCallStatus};
@@ -60,6 +61,9 @@ pub struct TurnDeps {
     /// The completion judge, when enabled: at the model's end of turn it may
     /// restate the original request as a `corrective` directive.
     pub judge: Option<Arc<dyn CompletionJudge>>,
+    /// The session's budget, when a policy applies: going over it suspends
+    /// the turn (`interrupt_immediate`, initiator `policy`).
+    pub budget: Option<Budget>,
 }
 
 /// How a turn ended.
@@ -74,6 +78,9 @@ pub struct TurnOutcome {
     /// Files the turn's tools changed (one entry per path: first `before`,
     /// last `after`), for its checkpoint.
     pub file_changes: Vec<FileChange>,
+    /// The turn's totals (usage, tool calls, wall time), for the session's
+    /// spend.
+    pub accounting: Accounting,
 }
 
 /// How a turn left the engine: ended with a terminal, or suspended. A
@@ -239,6 +246,10 @@ struct Turn<'a> {
     file_changes: std::sync::Mutex<Vec<FileChange>>,
     /// User messages to add after the current batch's results.
     resume_notes: Vec<String>,
+    /// When this run of the turn started (wall time before a suspension is
+    /// in `accounting.wall_ms` already).
+    started: std::time::Instant,
+    wall_before: u64,
 }
 
 /// Runs one prompt turn until it ends or suspends.
@@ -270,6 +281,7 @@ pub async fn resume_turn(
 ) -> TurnExit {
     let mut turn = Turn::new(spec, deps, sink);
     turn.accounting = frame.accounting;
+    turn.wall_before = frame.accounting.wall_ms;
     turn.turn_messages = frame.turn_messages.clone();
     turn.history_fingerprint = frame.history_fingerprint.clone();
     turn.file_changes = std::sync::Mutex::new(frame.file_changes.clone());
@@ -305,6 +317,31 @@ impl<'a> Turn<'a> {
             judged: false,
             file_changes: Default::default(),
             resume_notes: Vec::new(),
+            started: std::time::Instant::now(),
+            wall_before: 0,
+        }
+    }
+
+    /// The accounting with the wall time up to now.
+    fn accounting_now(&self) -> Accounting {
+        let elapsed = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Accounting {
+            wall_ms: self.wall_before.saturating_add(elapsed),
+            ..self.accounting
+        }
+    }
+
+    /// Checks the budget; going over asks the turn to suspend for the policy
+    /// (it parks at the next seam).
+    fn check_budget(&mut self) {
+        self.accounting = self.accounting_now();
+        let breach = self
+            .deps
+            .budget
+            .as_ref()
+            .and_then(|b| b.breach(&self.accounting));
+        if let Some(reason) = breach {
+            self.deps.control.suspend_for_policy(reason);
         }
     }
 
@@ -330,8 +367,10 @@ impl<'a> Turn<'a> {
         // Seam: loop_exit, whatever ended the loop. A journal failure here is
         // already reflected in the terminal when it was the cause.
         let _ = self.exit_loop().await;
+        self.accounting = self.accounting_now();
         TurnExit::Ended(TurnOutcome {
             terminal,
+            accounting: self.accounting,
             usage: self.accounting.usage,
             file_changes: self.take_file_changes(),
             turn_messages: self.turn_messages,
@@ -406,6 +445,7 @@ impl<'a> Turn<'a> {
             }
             // A suspension waits for the step in flight, then parks here,
             // before the next model call.
+            self.check_budget();
             if matches!(
                 self.deps.control.suspend_requested(),
                 Some(SuspendMode::FinishStep | SuspendMode::InterruptImmediate)
@@ -428,6 +468,7 @@ impl<'a> Turn<'a> {
             };
             self.accounting.model_calls += 1;
             self.accounting.usage.add(response.usage);
+            self.check_budget();
             // Tool calls enter the transcript only when they will run: a call
             // without a result would make the next request invalid.
             let runs_tools = matches!(response.stop, ModelStop::EndTurn | ModelStop::ToolUse)
@@ -531,7 +572,7 @@ impl<'a> Turn<'a> {
             turn_id: self.spec.turn_id.clone(),
             phase,
             iteration,
-            accounting: self.accounting,
+            accounting: self.accounting_now(),
             tool_outcomes: outcomes,
             unstarted_calls: unstarted,
             turn_messages: self.turn_messages.clone(),
@@ -749,10 +790,16 @@ impl<'a> Turn<'a> {
             let settled = join_all(group.iter().map(|call| self.dispatch(&ctx, call, None))).await;
             for (call, outcome) in group.iter().zip(settled) {
                 match outcome? {
-                    Some(outcome) => outcomes.push(outcome),
+                    Some(outcome) => {
+                        if outcome.status != ToolOutcomeStatus::Interrupted {
+                            self.accounting.tool_calls += 1;
+                        }
+                        outcomes.push(outcome);
+                    }
                     None => pending.push_front(call.clone()),
                 }
             }
+            self.check_budget();
         }
         if !pending.is_empty() || parked(&outcomes) {
             let frame = self.frame(Phase::Tools, iteration, outcomes, pending.into());

@@ -4,6 +4,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use berth_runtime::budget::{Budget, BudgetLimits};
 use berth_runtime::content::Prompt;
 use berth_runtime::engine::{
     resume_turn, run_turn, TurnControl, TurnDeps, TurnExit, TurnOutcome, TurnSpec,
@@ -189,8 +190,32 @@ pub(crate) fn turn_setup(
         control: Arc::clone(control),
         judge: env.config.completion_judge.clone(),
         needs_approval: env.config.needs_approval.clone(),
+        budget: session_budget(state),
     };
     (spec, deps)
+}
+
+/// The budget this session's turns run under: the tightest limits of the
+/// policies that apply (all sessions, or its labels), raised by what
+/// operators granted; `None` when no policy applies.
+fn session_budget(state: &SessionState) -> Option<Budget> {
+    let config = &state.env.config;
+    let limits = config
+        .budgets
+        .iter()
+        .filter(|p| {
+            p.label
+                .as_ref()
+                .is_none_or(|l| state.record.labels.contains(l))
+        })
+        .fold(None, |acc: Option<BudgetLimits>, p| {
+            Some(acc.map_or_else(|| p.limits.clone(), |a| a.tighter(&p.limits)))
+        })?;
+    Some(Budget {
+        limits: limits.raised(&state.record.budget_grant),
+        spent: state.record.spend,
+        price: config.prices.get(config.model.name()).copied(),
+    })
 }
 
 /// Runs `run` as a task owned by the actor; it reports back with
@@ -258,6 +283,7 @@ fn panicked_turn(spec: &TurnSpec, panic: &(dyn std::any::Any + Send)) -> TurnOut
             format!("the turn failed inside berth: {what}"),
         ),
         usage: Default::default(),
+        accounting: Default::default(),
         turn_messages: vec![Message::User {
             text: spec.prompt.to_model_text(),
         }],
@@ -325,6 +351,8 @@ async fn seal_ended(
     // The turn's checkpoint; a new turn discards what was rolled back.
     let mut record = state.record.clone();
     record.updated_at = now;
+    let price = env.config.prices.get(env.config.model.name());
+    record.spend.add(&outcome.accounting, price);
     record.checkpoint_head += 1;
     let checkpoint = TurnCheckpoint {
         checkpoint_id: turn.turn_id.0.clone(),
@@ -340,7 +368,11 @@ async fn seal_ended(
         .delete_frame(&session_id)
         .close_turn(&session_id);
     // A close stops the turn and takes precedence over a pending suspension.
-    let parked = match record.suspend_request.take() {
+    let request = record
+        .suspend_request
+        .take()
+        .or_else(|| suspend::policy_request(&env, &turn.control, now));
+    let parked = match request {
         Some(request) if state.pending_close.is_empty() => {
             let suspension = suspend::envelope(&record, &request, None, None, now);
             batch = batch.put_suspension(&suspension);

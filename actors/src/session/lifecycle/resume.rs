@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use berth_runtime::budget::BudgetLimits;
 use berth_runtime::content::Prompt;
 use berth_runtime::engine::{check_resumable, TurnControl};
 use berth_runtime::event::{ControlStatus, SessionEvent};
@@ -55,6 +56,18 @@ async fn claim(
     let suspension = match current(state, &params) {
         Ok(suspension) => suspension,
         Err(e) => return Err(refuse(state, &params, e).await),
+    };
+    // An operator's refill: `{"budget": {max_tokens, max_cost_usd,
+    // max_tool_calls, max_wall_ms}}` in the input raises the allowance.
+    let grant = match params.input.as_ref().and_then(|i| i.get("budget")) {
+        None => BudgetLimits::default(),
+        Some(value) => match serde_json::from_value::<BudgetLimits>(value.clone()) {
+            Ok(grant) => grant,
+            Err(e) => {
+                let e = ControlError::invalid("input.budget", &e.to_string());
+                return Err(refuse(state, &params, e).await);
+            }
+        },
     };
     let handle = suspension.handle.clone();
     let now = state.env.config.clock.now();
@@ -117,6 +130,7 @@ async fn claim(
                 prompt_text: prompt.to_model_text(),
             };
             let mut record = state.record.clone();
+            record.budget_grant.add(&grant);
             record.updated_at = now;
             let events = vec![resumed(Some(turn_id.clone())), accepted];
             let batch = prelude_batch
@@ -153,6 +167,7 @@ async fn claim(
         // idle suspension resumed without input.
         (frame, _) if frame.is_some() || params.input.is_some() || !continue_transcript => {
             let mut record = state.record.clone();
+            record.budget_grant.add(&grant);
             let mut prelude = Prelude {
                 batch: prelude_batch,
                 events: vec![],

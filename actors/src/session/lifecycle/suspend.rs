@@ -280,7 +280,11 @@ pub(crate) fn fail_waiters(state: &mut SessionState, error: ControlError) {
 /// `suspended`, owned by whoever initiated it.
 pub(crate) fn suspended_terminal(suspension: &Suspension) -> Terminal {
     Terminal {
-        kind: TerminalKind::Suspended,
+        kind: if suspension.initiator == Initiator::Policy {
+            TerminalKind::PolicyBudget
+        } else {
+            TerminalKind::Suspended
+        },
         owner: match suspension.initiator {
             Initiator::Client => TerminalOwner::User,
             Initiator::Agent => TerminalOwner::Agent,
@@ -313,7 +317,11 @@ pub(crate) async fn park_turn(
     let usage = frame.accounting.usage;
     // A client's pending request names the suspension; otherwise the agent
     // parked itself.
-    let (request, summary, method) = match record.suspend_request.take() {
+    let pending = record
+        .suspend_request
+        .take()
+        .or_else(|| policy_request(&state.env, &turn.control, now));
+    let (request, summary, method) = match pending {
         Some(request) => (request, None, METHOD),
         None => {
             let (request, summary) = agent_request(&state.env, suspended.park.clone(), now);
@@ -469,4 +477,23 @@ pub(crate) fn drop_pending(
             reason: reason.to_owned(),
         })
         .collect()
+}
+
+/// The suspension a budget breach asks for (mode `interrupt_immediate`,
+/// initiator `policy`), when the turn's control block recorded one.
+pub(crate) fn policy_request(
+    env: &SessionEnv,
+    control: &berth_runtime::engine::TurnControl,
+    now: DateTime<Utc>,
+) -> Option<SuspendRequest> {
+    let reason = control.policy_breach()?;
+    Some(SuspendRequest {
+        handle: env.config.ids.new_id("susp"),
+        mode: SuspendMode::InterruptImmediate,
+        initiator: Initiator::Policy,
+        actor: "policy".into(),
+        reason: Some(format!("budget: {reason}")),
+        resume_when: None,
+        requested_at: now,
+    })
 }

@@ -1,0 +1,263 @@
+//! Budgets: per-session spend (tokens, cost, tool calls, wall time) against
+//! the limits of the policies that apply to the session, plus what operators
+//! granted on top. A turn that goes over is suspended by the engine with mode
+//! `interrupt_immediate`, initiator `policy` (terminal kind `policy_budget`);
+//! an operator resumes it with `{"budget": {...}}` as input, which raises the
+//! allowance.
+
+use serde::{Deserialize, Serialize};
+
+use crate::frame::Accounting;
+use crate::model::Usage;
+
+/// Limits; `None` is unlimited.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetLimits {
+    /// Input + output tokens over the session's turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Cost in USD, from the price table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    /// Tool calls dispatched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tool_calls: Option<u64>,
+    /// Wall time spent running turns (ms; time parked does not count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_ms: Option<u64>,
+}
+
+impl BudgetLimits {
+    /// The tighter of two limit sets, field by field.
+    pub fn tighter(&self, other: &Self) -> Self {
+        fn min<T: PartialOrd + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(if b < a { b } else { a }),
+                (a, b) => a.or(b),
+            }
+        }
+        Self {
+            max_tokens: min(self.max_tokens, other.max_tokens),
+            max_cost_usd: min(self.max_cost_usd, other.max_cost_usd),
+            max_tool_calls: min(self.max_tool_calls, other.max_tool_calls),
+            max_wall_ms: min(self.max_wall_ms, other.max_wall_ms),
+        }
+    }
+
+    /// These limits raised by `grant` (only where both are set: a grant never
+    /// turns an unlimited field into a limited one).
+    pub fn raised(&self, grant: &Self) -> Self {
+        fn add_u(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+            a.map(|a| a.saturating_add(b.unwrap_or(0)))
+        }
+        Self {
+            max_tokens: add_u(self.max_tokens, grant.max_tokens),
+            max_cost_usd: self
+                .max_cost_usd
+                .map(|a| a + grant.max_cost_usd.unwrap_or(0.0)),
+            max_tool_calls: add_u(self.max_tool_calls, grant.max_tool_calls),
+            max_wall_ms: add_u(self.max_wall_ms, grant.max_wall_ms),
+        }
+    }
+
+    /// Adds `grant` to these (accumulated grants).
+    pub fn add(&mut self, grant: &Self) {
+        fn add_u(a: &mut Option<u64>, b: Option<u64>) {
+            if let Some(b) = b {
+                *a = Some(a.unwrap_or(0).saturating_add(b));
+            }
+        }
+        add_u(&mut self.max_tokens, grant.max_tokens);
+        add_u(&mut self.max_tool_calls, grant.max_tool_calls);
+        add_u(&mut self.max_wall_ms, grant.max_wall_ms);
+        if let Some(b) = grant.max_cost_usd {
+            self.max_cost_usd = Some(self.max_cost_usd.unwrap_or(0.0) + b);
+        }
+    }
+
+    /// Whether no limit is set.
+    pub fn is_unlimited(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A budget policy from the config file (`[[budgets]]`): limits for every
+/// session, or for sessions with `label`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetPolicy {
+    /// Applies only to sessions with this label; all sessions when absent.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// The limits.
+    #[serde(flatten)]
+    pub limits: BudgetLimits,
+}
+
+/// A model's price (`[prices."MODEL NAME"]`), in USD per million tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// USD per 1,000,000 input tokens.
+    pub input_per_mtok_usd: f64,
+    /// USD per 1,000,000 output tokens.
+    pub output_per_mtok_usd: f64,
+}
+
+impl Price {
+    /// Cost of `usage` in micro-USD (rounded up).
+    pub fn cost_micro_usd(&self, usage: Usage) -> u64 {
+        let micro = usage.input_tokens as f64 * self.input_per_mtok_usd
+            + usage.output_tokens as f64 * self.output_per_mtok_usd;
+        if micro.is_finite() && micro > 0.0 {
+            micro.ceil() as u64
+        } else {
+            0
+        }
+    }
+}
+
+/// What a session has spent over its sealed turns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spend {
+    /// Input tokens.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Output tokens.
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// Tool calls dispatched.
+    #[serde(default)]
+    pub tool_calls: u64,
+    /// Cost (micro-USD).
+    #[serde(default)]
+    pub cost_micro_usd: u64,
+    /// Wall time running turns (ms).
+    #[serde(default)]
+    pub wall_ms: u64,
+}
+
+impl Spend {
+    /// Adds one turn's accounting.
+    pub fn add(&mut self, turn: &Accounting, price: Option<&Price>) {
+        self.input_tokens += turn.usage.input_tokens;
+        self.output_tokens += turn.usage.output_tokens;
+        self.tool_calls += u64::from(turn.tool_calls);
+        self.cost_micro_usd += price.map_or(0, |p| p.cost_micro_usd(turn.usage));
+        self.wall_ms += turn.wall_ms;
+    }
+}
+
+/// The budget a turn runs under.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Budget {
+    /// The limits in force (policies, tightest first, raised by grants).
+    pub limits: BudgetLimits,
+    /// Spent before this turn.
+    pub spent: Spend,
+    /// The model's price, if known (cost limits need one).
+    pub price: Option<Price>,
+}
+
+impl Budget {
+    /// Why the session is over budget with `turn` spent in the running turn,
+    /// or `None`.
+    pub fn breach(&self, turn: &Accounting) -> Option<String> {
+        let mut total = self.spent;
+        total.add(turn, self.price.as_ref());
+        let tokens = total.input_tokens + total.output_tokens;
+        let l = &self.limits;
+        if let Some(max) = l.max_tokens.filter(|max| tokens > *max) {
+            return Some(format!("tokens {tokens} over the budget of {max}"));
+        }
+        if let Some(max) = l.max_cost_usd {
+            let cost = total.cost_micro_usd as f64 / 1e6;
+            if cost > max {
+                return Some(format!("cost ${cost:.6} over the budget of ${max}"));
+            }
+        }
+        if let Some(max) = l.max_tool_calls.filter(|max| total.tool_calls > *max) {
+            return Some(format!(
+                "tool calls {} over the budget of {max}",
+                total.tool_calls
+            ));
+        }
+        if let Some(max) = l.max_wall_ms.filter(|max| total.wall_ms > *max) {
+            return Some(format!(
+                "wall time {} ms over the budget of {max} ms",
+                total.wall_ms
+            ));
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn breaches_name_the_limit_and_grants_raise_it() {
+        let budget = Budget {
+            limits: BudgetLimits {
+                max_tokens: Some(100),
+                ..Default::default()
+            },
+            spent: Spend {
+                input_tokens: 60,
+                ..Default::default()
+            },
+            price: None,
+        };
+        let turn = Accounting {
+            usage: Usage {
+                input_tokens: 30,
+                output_tokens: 20,
+            },
+            ..Default::default()
+        };
+        assert!(budget.breach(&turn).unwrap().contains("tokens 110"));
+        let raised = Budget {
+            limits: budget.limits.raised(&BudgetLimits {
+                max_tokens: Some(50),
+                ..Default::default()
+            }),
+            ..budget.clone()
+        };
+        assert_eq!(raised.breach(&turn), None);
+        let tight = BudgetLimits {
+            max_tokens: Some(10),
+            max_tool_calls: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(tight.tighter(&budget.limits).max_tokens, Some(10));
+        assert_eq!(
+            Price {
+                input_per_mtok_usd: 3.0,
+                output_per_mtok_usd: 15.0
+            }
+            .cost_micro_usd(turn.usage),
+            390
+        );
+    }
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_reads_its_label_and_limits_and_refuses_unknown_keys() {
+        let p: BudgetPolicy =
+            serde_json::from_value(serde_json::json!({"label": "x", "max_tokens": 5})).unwrap();
+        assert_eq!(p.label.as_deref(), Some("x"));
+        assert_eq!(p.limits.max_tokens, Some(5));
+        let bad = serde_json::from_value::<BudgetLimits>(serde_json::json!({"max_tokenz": 5}));
+        assert!(bad.is_err());
+        let bad = serde_json::from_value::<BudgetPolicy>(
+            serde_json::json!({"label": "x", "max_tokenz": 5}),
+        );
+        assert!(bad.is_err(), "a typo in a policy is refused");
+    }
+}
