@@ -75,6 +75,7 @@ class Server:
         self.p = subprocess.Popen([binary, "serve", "--data-dir", data], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.q, self.next_id, self.notes = queue.Queue(), 0, []
+        self.answers = {}  # responses that arrived while another one was awaited
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
@@ -103,7 +104,10 @@ class Server:
 
     def wait_response(self, rid, show):
         while True:
-            m = self.next()
+            m = self.answers.pop(rid, None) or self.next()
+            if "method" not in m and m.get("id") is not None and m.get("id") != rid:
+                self.answers[m["id"]] = m  # e.g. a prompt that answers before the suspend does
+                continue
             if m.get("id") == rid:
                 if show:
                     print("<<", json.dumps(m.get("result", m.get("error")))[:300])

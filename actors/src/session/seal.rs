@@ -396,10 +396,26 @@ fn recover_frame(
             _ => None,
         })
     };
+    // A resume of this turn after a call last yielded claimed that call's
+    // park: the agent's wait is over (its `await_resumption` was answered),
+    // so a crash before the call settled must not park the turn again under
+    // a new handle the agent never asked for.
+    let resumed_at = events.iter().rposition(|event| {
+        matches!(event, SessionEvent::Resumed { turn_id: Some(t), .. } if *t == frame.turn_id)
+    });
+    let yielded_at = |id: &ToolCallId| {
+        events.iter().rposition(|event| {
+            matches!(event, SessionEvent::ToolCallUpdate { tool_call_id, raw_output: Some(raw), .. }
+                if tool_call_id == id && raw.get("suspended").is_some())
+        })
+    };
     // Suspended calls a resumed batch continued since the checkpoint.
     for outcome in &mut frame.tool_outcomes {
         if outcome.status != ToolOutcomeStatus::Suspended {
             continue;
+        }
+        if resumed_at.is_some() && resumed_at > yielded_at(&outcome.call.id) {
+            outcome.park = None;
         }
         if let Some((status @ (ToolCallStatus::Completed | ToolCallStatus::Failed), _, content)) =
             last_update(&outcome.call.id)
@@ -470,4 +486,113 @@ fn recover_frame(
         frame.phase = Phase::Provider;
     }
     (frame, unknown)
+}
+
+#[cfg(test)]
+mod tests {
+    use berth_runtime::event::{SessionEvent, ToolCallStatus};
+    use berth_runtime::frame::{Accounting, Frame, Phase, ToolOutcome, ToolOutcomeStatus};
+    use berth_runtime::history::{Message, ToolCallRequest};
+    use berth_runtime::ids::{SessionId, ToolCallId, TurnId};
+    use berth_runtime::suspension::ResumeCause;
+    use berth_runtime::tools::{AgentPark, ToolContinuation};
+    use serde_json::json;
+
+    use super::recover_frame;
+
+    /// A turn parked on the agent's `await_resumption` (as the resume puts
+    /// it back in the frame row), and the events up to its park.
+    fn parked_on_await() -> (Frame, Vec<SessionEvent>) {
+        let turn_id = TurnId("turn_1".into());
+        let call = ToolCallRequest {
+            id: ToolCallId("turn_1_1_0".into()),
+            name: "await_resumption".into(),
+            arguments: json!({"reason": "agent waits"}),
+        };
+        let continuation = ToolContinuation {
+            tool: "await_resumption".into(),
+            version: 1,
+            state: json!({"reason": "agent waits"}),
+        };
+        let frame = Frame {
+            version: berth_runtime::frame::FRAME_VERSION,
+            session_id: SessionId("sess_1".into()),
+            turn_id: turn_id.clone(),
+            phase: Phase::Tools,
+            iteration: 1,
+            accounting: Accounting::default(),
+            tool_outcomes: vec![ToolOutcome {
+                call: call.clone(),
+                status: ToolOutcomeStatus::Suspended,
+                content: "parked: agent waits".into(),
+                continuation: Some(continuation.clone()),
+                park: Some(AgentPark {
+                    reason: "agent waits".into(),
+                    conditions: Default::default(),
+                    summary: None,
+                }),
+            }],
+            unstarted_calls: vec![],
+            turn_messages: vec![Message::User {
+                text: "selfpark".into(),
+            }],
+            history_fingerprint: String::new(),
+            config_fingerprint: String::new(),
+            dispatch_skipped: false,
+            skip_reason: None,
+            resume_notes: vec![],
+            file_changes: vec![],
+        };
+        let events = vec![
+            SessionEvent::ToolCallUpdate {
+                tool_call_id: call.id.clone(),
+                status: ToolCallStatus::InProgress,
+                raw_output: None,
+                content: None,
+            },
+            SessionEvent::ToolCallUpdate {
+                tool_call_id: call.id.clone(),
+                status: ToolCallStatus::InProgress,
+                raw_output: Some(json!({"suspended": true, "continuation": continuation})),
+                content: Some("parked: agent waits".into()),
+            },
+        ];
+        (frame, events)
+    }
+
+    #[test]
+    fn a_park_not_yet_resumed_is_kept() {
+        let (frame, events) = parked_on_await();
+        let (recovered, unknown) = recover_frame(frame, &events);
+        assert!(recovered.park().is_some());
+        assert!(unknown.is_empty());
+    }
+
+    /// Killed after a resume claimed the agent's park but before its
+    /// `await_resumption` settled: the turn was running, not parking, so it
+    /// is sealed at restart rather than parked again under a new handle.
+    #[test]
+    fn a_park_a_resume_claimed_does_not_park_the_turn_again() {
+        let (frame, mut events) = parked_on_await();
+        let call_id = frame.tool_outcomes[0].call.id.clone();
+        events.push(SessionEvent::Resumed {
+            handle: "susp_1".into(),
+            cause: ResumeCause::ExplicitResume,
+            had_resume_input: true,
+            continue_transcript: true,
+            resumed_at: chrono::Utc::now(),
+            turn_id: Some(frame.turn_id.clone()),
+        });
+        let (recovered, _) = recover_frame(frame.clone(), &events);
+        assert!(recovered.park().is_none(), "{recovered:?}");
+        // …also once the continued call reported it was running again.
+        events.push(SessionEvent::ToolCallUpdate {
+            tool_call_id: call_id,
+            status: ToolCallStatus::InProgress,
+            raw_output: None,
+            content: None,
+        });
+        let (recovered, _) = recover_frame(frame, &events);
+        assert!(recovered.park().is_none(), "{recovered:?}");
+    }
 }
