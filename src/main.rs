@@ -30,6 +30,86 @@ enum Command {
         #[command(subcommand)]
         command: EventCommand,
     },
+    /// Standing schedules: a cron that prompts a session (Temporal Schedules).
+    Schedule {
+        #[command(subcommand)]
+        command: ScheduleCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ScheduleCommand {
+    /// Creates a schedule; prints it as JSON.
+    Create {
+        /// The session each run prompts.
+        #[arg(long)]
+        session: String,
+        /// Cron expression (`"0 9 * * 1-5"`).
+        #[arg(long)]
+        cron: String,
+        /// IANA timezone [default: UTC].
+        #[arg(long)]
+        timezone: Option<String>,
+        /// The prompt text each run sends.
+        #[arg(long)]
+        prompt: String,
+        /// skip | buffer_one | allow_all [default: skip].
+        #[arg(long)]
+        overlap: Option<String>,
+        /// Runs missed while berth was down fire at start-up if at most this
+        /// late (ms).
+        #[arg(long)]
+        catchup_window_ms: Option<u64>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Lists schedules as JSON.
+    List {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Pauses a schedule.
+    Pause {
+        /// The schedule id.
+        id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Unpauses a schedule (its next run is after now).
+    Unpause {
+        /// The schedule id.
+        id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Deletes a schedule.
+    Delete {
+        /// The schedule id.
+        id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+/// Where the running server is.
+#[derive(clap::Args)]
+struct ServerArgs {
+    /// The server's data directory [default: ./berth-data].
+    #[arg(long, env = "BERTH_DATA_DIR")]
+    data_dir: Option<std::path::PathBuf>,
+    /// The control socket [default: <data dir>/berth.sock].
+    #[arg(long)]
+    socket: Option<std::path::PathBuf>,
+}
+
+impl ServerArgs {
+    fn socket(self) -> std::path::PathBuf {
+        self.socket.unwrap_or_else(|| {
+            self.data_dir
+                .unwrap_or_else(|| std::path::PathBuf::from("berth-data"))
+                .join(CONTROL_SOCKET)
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -47,12 +127,8 @@ struct EmitArgs {
     /// The payload, as JSON (the resume input of what it wakes).
     #[arg(long)]
     data: Option<String>,
-    /// The server's data directory [default: ./berth-data].
-    #[arg(long, env = "BERTH_DATA_DIR")]
-    data_dir: Option<std::path::PathBuf>,
-    /// The control socket [default: <data dir>/berth.sock].
-    #[arg(long)]
-    socket: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    server: ServerArgs,
 }
 
 fn main() -> ExitCode {
@@ -74,6 +150,7 @@ fn main() -> ExitCode {
                     Command::Event {
                         command: EventCommand::Emit(args),
                     } => emit(args).await,
+                    Command::Schedule { command } => schedule(command).await,
                 }
             });
             // A stdin read may still be parked on a blocking thread after a
@@ -157,16 +234,52 @@ const CONTROL_SOCKET: &str = "berth.sock";
 /// `berth event emit`: one `_berth/event.emit` request over the control
 /// socket; the answer is printed as JSON, an error is the exit status.
 async fn emit(args: EmitArgs) -> anyhow::Result<()> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let data: serde_json::Value = match &args.data {
         Some(text) => serde_json::from_str(text).context("--data is not JSON")?,
         None => serde_json::Value::Null,
     };
-    let socket = args.socket.unwrap_or_else(|| {
-        args.data_dir
-            .unwrap_or_else(|| std::path::PathBuf::from("berth-data"))
-            .join(CONTROL_SOCKET)
-    });
+    let params = serde_json::json!({"name": args.name, "data": data});
+    let answer = call_server(args.server.socket(), "_berth/event.emit", params).await?;
+    println!("{answer}");
+    Ok(())
+}
+
+/// `berth schedule …`: `_berth/schedule.*` over the control socket.
+async fn schedule(command: ScheduleCommand) -> anyhow::Result<()> {
+    use serde_json::json;
+    let (server, method, params) = match command {
+        ScheduleCommand::Create {
+            session,
+            cron,
+            timezone,
+            prompt,
+            overlap,
+            catchup_window_ms,
+            server,
+        } => (
+            server,
+            "create",
+            json!({"sessionId": session, "cron": cron, "timezone": timezone, "prompt": prompt,
+                   "overlap": overlap, "catchupWindowMs": catchup_window_ms}),
+        ),
+        ScheduleCommand::List { server } => (server, "list", json!({})),
+        ScheduleCommand::Pause { id, server } => (server, "pause", json!({"scheduleId": id})),
+        ScheduleCommand::Unpause { id, server } => (server, "unpause", json!({"scheduleId": id})),
+        ScheduleCommand::Delete { id, server } => (server, "delete", json!({"scheduleId": id})),
+    };
+    let method = format!("_berth/schedule.{method}");
+    let answer = call_server(server.socket(), &method, params).await?;
+    println!("{answer}");
+    Ok(())
+}
+
+/// One JSON-RPC request to the running server over its control socket.
+async fn call_server(
+    socket: std::path::PathBuf,
+    method: &str,
+    params: serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let stream = tokio::net::UnixStream::connect(&socket)
         .await
         .with_context(|| {
@@ -176,12 +289,8 @@ async fn emit(args: EmitArgs) -> anyhow::Result<()> {
             )
         })?;
     let (read, mut write) = stream.into_split();
-    let request = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "_berth/event.emit",
-        "params": {"name": args.name, "data": data},
-    });
+    let request =
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     write.write_all(format!("{request}\n").as_bytes()).await?;
     let mut lines = BufReader::new(read).lines();
     while let Some(line) = lines.next_line().await? {
@@ -192,10 +301,9 @@ async fn emit(args: EmitArgs) -> anyhow::Result<()> {
             continue;
         }
         if let Some(error) = message.get("error") {
-            anyhow::bail!("the event was refused: {error}");
+            anyhow::bail!("{method} was refused: {error}");
         }
-        println!("{}", message.get("result").cloned().unwrap_or_default());
-        return Ok(());
+        return Ok(message.get("result").cloned().unwrap_or_default());
     }
     anyhow::bail!("berth closed the control socket before answering")
 }

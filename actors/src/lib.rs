@@ -28,6 +28,6 @@ pub use config::NodeConfig;
 pub use error::ControlError;
 pub use node::{
     BroadcastOutcome, CancelStatus, NewSession, Node, PromptOutcome, ResumeOutcome, ResumeParams,
-    SessionSelector, SessionStatus, SuspendOutcome, SuspendParams,
+    ScheduleSpec, SessionSelector, SessionStatus, SuspendOutcome, SuspendParams,
 };
 pub use watch::{SessionNotice, Watcher};

@@ -7,18 +7,19 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::session::lifecycle::scheduled::ScheduledStart;
 use berth_runtime::content::Prompt;
 use berth_runtime::engine::CallCancel;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::model::Usage;
 use berth_runtime::steering::Injection;
 use berth_runtime::suspension::{
-    DueKind, ExternalEvent, Initiator, OnTimeout, ResumeCause, ResumeConditions, SuspendMode,
-    Suspension,
+    DueKind, ExternalEvent, Initiator, OnTimeout, OverlapPolicy, ResumeCause, ResumeConditions,
+    Schedule, SuspendMode, Suspension,
 };
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind};
 use berth_runtime::tools::ProcessLedger;
-use berth_scheduler::{Firing, Scheduler};
+use berth_scheduler::{Fired, Firing, Scheduler};
 use berth_storage::{Batch, Journal, JournalOptions, SessionRecord};
 use chrono::{DateTime, Utc};
 use ractor::rpc::CallResult;
@@ -47,6 +48,23 @@ pub struct EmitOutcome {
     pub received_at: DateTime<Utc>,
     /// The parked sessions it woke.
     pub woke: Vec<EventWake>,
+}
+
+/// What `_berth/schedule.create` asks for.
+#[derive(Debug, Clone)]
+pub struct ScheduleSpec {
+    /// The session each run prompts.
+    pub session_id: SessionId,
+    /// Cron expression.
+    pub cron: String,
+    /// IANA timezone (default UTC).
+    pub timezone: Option<String>,
+    /// The prompt text.
+    pub prompt: String,
+    /// Overlap policy (default `skip`).
+    pub overlap: OverlapPolicy,
+    /// Catch-up window for runs missed while berth was down (ms; default 0).
+    pub catchup_window_ms: u64,
 }
 
 /// One parked session an event matched.
@@ -331,14 +349,185 @@ impl Node {
         for wakeup in wakeups {
             node.env.scheduler.arm(wakeup);
         }
+        node.arm_schedules().await?;
         node.spawn_firing(firings);
         node.match_unmatched_events().await?;
         Ok(node)
     }
 
+    /// At start-up: arms every running schedule. A run missed while berth was
+    /// down fires now if it is within the schedule's catch-up window;
+    /// otherwise it is skipped (counted) and the next future run is armed.
+    async fn arm_schedules(&self) -> Result<(), NodeError> {
+        let now = self.env.config.clock.now();
+        for mut schedule in self.env.journal.schedules()? {
+            let Some(next) = schedule.next_fire_at.filter(|_| !schedule.paused) else {
+                continue;
+            };
+            let missed_by = (now - next).num_milliseconds();
+            if missed_by > 0 && u64::try_from(missed_by).unwrap_or(0) > schedule.catchup_window_ms {
+                schedule.skipped += 1;
+                schedule.next_fire_at = schedule.next_after(now);
+                self.env
+                    .journal
+                    .commit(Batch::new().put_schedule(&schedule))
+                    .await?;
+            }
+            if let Some(next) = schedule.next_fire_at {
+                self.env.scheduler.arm_schedule(&schedule.schedule_id, next);
+            }
+        }
+        Ok(())
+    }
+
+    /// `_berth/schedule.create`: a standing schedule that prompts `session_id`
+    /// with `prompt` on `cron` (in `timezone`), durable on return and armed.
+    ///
+    /// # Errors
+    /// `InvalidParams` naming `cron`, `timezone` or `prompt`; `UnknownSession`;
+    /// `SessionClosed`; `Storage`.
+    pub async fn schedule_create(&self, spec: ScheduleSpec) -> Result<Schedule, ControlError> {
+        Schedule::validate(&spec.cron, spec.timezone.as_deref())
+            .map_err(|e| ControlError::invalid(&e.field, &e.reason))?;
+        if spec.prompt.trim().is_empty() {
+            return Err(ControlError::invalid(
+                "prompt",
+                "must be a non-empty string",
+            ));
+        }
+        match self.env.journal.session(&spec.session_id)? {
+            None => {
+                return Err(ControlError::UnknownSession {
+                    session_id: spec.session_id,
+                })
+            }
+            Some(r) if r.closed_at.is_some() => {
+                return Err(ControlError::SessionClosed {
+                    session_id: spec.session_id,
+                })
+            }
+            Some(_) => {}
+        }
+        let now = self.env.config.clock.now();
+        let mut schedule = Schedule {
+            schedule_id: self.env.config.ids.new_id("sched"),
+            session_id: spec.session_id,
+            cron: spec.cron.trim().to_owned(),
+            timezone: spec.timezone,
+            prompt: spec.prompt,
+            overlap: spec.overlap,
+            catchup_window_ms: spec.catchup_window_ms,
+            paused: false,
+            next_fire_at: None,
+            last_fired_at: None,
+            fired: 0,
+            skipped: 0,
+            created_at: now,
+        };
+        schedule.next_fire_at = schedule.next_after(now);
+        self.env
+            .journal
+            .commit(Batch::new().put_schedule(&schedule))
+            .await?;
+        if let Some(next) = schedule.next_fire_at {
+            self.env.scheduler.arm_schedule(&schedule.schedule_id, next);
+        }
+        Ok(schedule)
+    }
+
+    /// Every standing schedule.
+    ///
+    /// # Errors
+    /// `Storage`.
+    pub fn schedule_list(&self) -> Result<Vec<Schedule>, ControlError> {
+        Ok(self.env.journal.schedules()?)
+    }
+
+    /// Pauses (`paused: true`) or unpauses a schedule; unpausing arms the next
+    /// run after now (runs missed while paused are not caught up).
+    ///
+    /// # Errors
+    /// `InvalidParams` (`scheduleId` unknown); `Storage`.
+    pub async fn schedule_pause(&self, id: &str, paused: bool) -> Result<Schedule, ControlError> {
+        let mut schedule = self
+            .env
+            .journal
+            .schedule(id)?
+            .ok_or_else(|| ControlError::invalid("scheduleId", "no such schedule"))?;
+        schedule.paused = paused;
+        if !paused {
+            schedule.next_fire_at = schedule.next_after(self.env.config.clock.now());
+        }
+        self.env
+            .journal
+            .commit(Batch::new().put_schedule(&schedule))
+            .await?;
+        match (paused, schedule.next_fire_at) {
+            (false, Some(next)) => self.env.scheduler.arm_schedule(id, next),
+            _ => self.env.scheduler.disarm_schedule(id),
+        }
+        Ok(schedule)
+    }
+
+    /// Deletes a schedule (a buffered run already waiting on its session
+    /// still runs).
+    ///
+    /// # Errors
+    /// `InvalidParams` (`scheduleId` unknown); `Storage`.
+    pub async fn schedule_delete(&self, id: &str) -> Result<(), ControlError> {
+        if self.env.journal.schedule(id)?.is_none() {
+            return Err(ControlError::invalid("scheduleId", "no such schedule"));
+        }
+        self.env
+            .journal
+            .commit(Batch::new().delete_schedule(id))
+            .await?;
+        self.env.scheduler.disarm_schedule(id);
+        Ok(())
+    }
+
+    /// One run of a schedule: the next run is computed, recorded and armed
+    /// first (so a crash never loses the schedule), then the session is
+    /// prompted under the overlap policy.
+    async fn run_schedule(&self, id: &str, due: DateTime<Utc>, lateness_ms: u64) {
+        let Ok(Some(mut schedule)) = self.env.journal.schedule(id) else {
+            return;
+        };
+        if schedule.paused || schedule.next_fire_at != Some(due) {
+            return;
+        }
+        let now = self.env.config.clock.now();
+        schedule.next_fire_at = schedule.next_after(now.max(due));
+        schedule.last_fired_at = Some(now);
+        let started = self
+            .call(&schedule.session_id, |reply| SessionMsg::ScheduledPrompt {
+                schedule_id: schedule.schedule_id.clone(),
+                text: schedule.prompt.clone(),
+                overlap: schedule.overlap,
+                reply,
+            })
+            .await;
+        match &started {
+            Ok(ScheduledStart::Started | ScheduledStart::Buffered) => schedule.fired += 1,
+            _ => schedule.skipped += 1,
+        }
+        tracing::info!(schedule_id = %id, lateness_ms, outcome = ?started, "schedule run");
+        if let Err(e) = self
+            .env
+            .journal
+            .commit(Batch::new().put_schedule(&schedule))
+            .await
+        {
+            tracing::error!(schedule_id = %id, error = %e, "could not record a schedule run");
+        }
+        if let Some(next) = schedule.next_fire_at {
+            self.env.scheduler.arm_schedule(id, next);
+        }
+    }
+
     /// Turns due wake-ups into resume claims, each in its own task. Holds the
     /// node weakly: it ends with the node.
-    fn spawn_firing(&self, mut firings: tokio::sync::mpsc::UnboundedReceiver<Firing>) {
+    fn spawn_firing(&self, mut firings: tokio::sync::mpsc::UnboundedReceiver<Fired>) {
         let env = Arc::downgrade(&self.env);
         let registry = Arc::downgrade(&self.registry);
         let supervisor = self.supervisor.clone();
@@ -352,7 +541,16 @@ impl Node {
                     registry,
                     supervisor: supervisor.clone(),
                 };
-                tokio::spawn(async move { node.fire(firing).await });
+                tokio::spawn(async move {
+                    match firing {
+                        Fired::Wakeup(firing) => node.fire(firing).await,
+                        Fired::Schedule {
+                            schedule_id,
+                            due,
+                            lateness_ms,
+                        } => node.run_schedule(&schedule_id, due, lateness_ms).await,
+                    }
+                });
             }
         });
     }

@@ -39,8 +39,33 @@ pub struct Firing {
     pub lateness_ms: u64,
 }
 
+/// Something the scheduler hands out when it is due.
+#[derive(Debug, Clone)]
+pub enum Fired {
+    /// A parked session's wake-up.
+    Wakeup(Firing),
+    /// A standing schedule's run (the node re-arms its next run).
+    Schedule {
+        /// The schedule.
+        schedule_id: String,
+        /// When the run was due.
+        due: DateTime<Utc>,
+        /// How late it fires (ms).
+        lateness_ms: u64,
+    },
+}
+
+/// What a due entry is.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Key {
+    Session(SessionId),
+    Schedule(String),
+}
+
 enum Command {
     Arm(Box<Wakeup>),
+    ArmSchedule(String, DateTime<Utc>),
+    DisarmSchedule(String),
     Disarm(SessionId),
     Match {
         event: Box<ExternalEvent>,
@@ -57,8 +82,9 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Starts the task. Due wake-ups are sent on the returned channel.
-    pub fn start(clock: Arc<dyn Clock>) -> (Self, mpsc::UnboundedReceiver<Firing>) {
+    /// Starts the task. Due wake-ups and schedule runs are sent on the
+    /// returned channel.
+    pub fn start(clock: Arc<dyn Clock>) -> (Self, mpsc::UnboundedReceiver<Fired>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let (fired, firings) = mpsc::unbounded_channel();
         tokio::spawn(run(clock, rx, fired));
@@ -68,6 +94,20 @@ impl Scheduler {
     /// Arms (or re-arms, replacing) the wake-up of `wakeup.session_id`.
     pub fn arm(&self, wakeup: Wakeup) {
         let _ = self.tx.send(Command::Arm(Box::new(wakeup)));
+    }
+
+    /// Arms (or moves) a schedule's next run.
+    pub fn arm_schedule(&self, schedule_id: &str, due: DateTime<Utc>) {
+        let _ = self
+            .tx
+            .send(Command::ArmSchedule(schedule_id.to_owned(), due));
+    }
+
+    /// Drops a schedule's pending run (paused or deleted).
+    pub fn disarm_schedule(&self, schedule_id: &str) {
+        let _ = self
+            .tx
+            .send(Command::DisarmSchedule(schedule_id.to_owned()));
     }
 
     /// Drops the session's wake-up (its suspension was used up).
@@ -98,7 +138,8 @@ impl Scheduler {
 #[derive(Default)]
 struct Armed {
     by_session: HashMap<SessionId, Wakeup>,
-    due: BTreeSet<(i64, SessionId)>,
+    schedules: HashMap<String, i64>,
+    due: BTreeSet<(i64, Key)>,
     exact: HashMap<String, HashSet<SessionId>>,
     prefixed: HashMap<SessionId, Vec<String>>,
 }
@@ -115,7 +156,8 @@ impl Armed {
         self.remove(&wakeup.session_id);
         let id = wakeup.session_id.clone();
         if let Some((due, _)) = wakeup.next_due() {
-            self.due.insert((due.timestamp_millis(), id.clone()));
+            self.due
+                .insert((due.timestamp_millis(), Key::Session(id.clone())));
         }
         for pattern in Self::patterns(&wakeup) {
             if pattern.ends_with('*') {
@@ -136,7 +178,8 @@ impl Armed {
     fn remove(&mut self, id: &SessionId) -> Option<Wakeup> {
         let wakeup = self.by_session.remove(id)?;
         if let Some((due, _)) = wakeup.next_due() {
-            self.due.remove(&(due.timestamp_millis(), id.clone()));
+            self.due
+                .remove(&(due.timestamp_millis(), Key::Session(id.clone())));
         }
         for pattern in Self::patterns(&wakeup) {
             if let Some(set) = self.exact.get_mut(pattern) {
@@ -179,6 +222,18 @@ impl Armed {
             .collect()
     }
 
+    fn arm_schedule(&mut self, id: String, due_ms: i64) {
+        self.disarm_schedule(&id);
+        self.due.insert((due_ms, Key::Schedule(id.clone())));
+        self.schedules.insert(id, due_ms);
+    }
+
+    fn disarm_schedule(&mut self, id: &str) -> Option<i64> {
+        let due_ms = self.schedules.remove(id)?;
+        self.due.remove(&(due_ms, Key::Schedule(id.to_owned())));
+        Some(due_ms)
+    }
+
     fn next_due_ms(&self) -> Option<i64> {
         self.due.first().map(|(ms, _)| *ms)
     }
@@ -187,29 +242,42 @@ impl Armed {
 async fn run(
     clock: Arc<dyn Clock>,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    fired: mpsc::UnboundedSender<Firing>,
+    fired: mpsc::UnboundedSender<Fired>,
 ) {
     let mut armed = Armed::default();
     loop {
         let now_ms = clock.now().timestamp_millis();
         // Everything due fires now, earliest first.
         while let Some(due_ms) = armed.next_due_ms().filter(|ms| *ms <= now_ms) {
-            let Some((_, id)) = armed.due.first().cloned() else {
+            let Some((_, key)) = armed.due.first().cloned() else {
                 break;
             };
-            let Some(wakeup) = armed.remove(&id) else {
-                continue;
-            };
-            let Some((due, kind)) = wakeup.next_due() else {
-                continue;
-            };
             let lateness_ms = u64::try_from(now_ms - due_ms).unwrap_or(0);
-            let _ = fired.send(Firing {
-                wakeup,
-                kind,
-                due,
-                lateness_ms,
-            });
+            match key {
+                Key::Session(id) => {
+                    let Some(wakeup) = armed.remove(&id) else {
+                        continue;
+                    };
+                    let Some((due, kind)) = wakeup.next_due() else {
+                        continue;
+                    };
+                    let _ = fired.send(Fired::Wakeup(Firing {
+                        wakeup,
+                        kind,
+                        due,
+                        lateness_ms,
+                    }));
+                }
+                Key::Schedule(schedule_id) => {
+                    armed.disarm_schedule(&schedule_id);
+                    let due = DateTime::from_timestamp_millis(due_ms).unwrap_or_default();
+                    let _ = fired.send(Fired::Schedule {
+                        schedule_id,
+                        due,
+                        lateness_ms,
+                    });
+                }
+            }
         }
         let sleep = armed
             .next_due_ms()
@@ -224,6 +292,10 @@ async fn run(
         match command {
             None => return,
             Some(Command::Arm(wakeup)) => armed.insert(*wakeup),
+            Some(Command::ArmSchedule(id, due)) => armed.arm_schedule(id, due.timestamp_millis()),
+            Some(Command::DisarmSchedule(id)) => {
+                armed.disarm_schedule(&id);
+            }
             Some(Command::Disarm(id)) => {
                 armed.remove(&id);
             }
@@ -264,8 +336,12 @@ mod tests {
         s.arm(wakeup("a", 20, None));
         s.arm(wakeup("c", 40, None));
         s.disarm(&SessionId::from("c"));
-        let first = fired.recv().await.unwrap();
-        let second = fired.recv().await.unwrap();
+        let wakeup = |f: Option<Fired>| match f {
+            Some(Fired::Wakeup(f)) => f,
+            other => panic!("expected a wake-up, got {other:?}"),
+        };
+        let first = wakeup(fired.recv().await);
+        let second = wakeup(fired.recv().await);
         assert_eq!(first.wakeup.session_id.as_str(), "a");
         assert_eq!(second.wakeup.session_id.as_str(), "b");
         assert_eq!(first.kind, DueKind::Timeout);
@@ -284,8 +360,22 @@ mod tests {
         let mut late = wakeup("late", 0, None);
         late.timeout_at = Some(Utc::now() - chrono::Duration::seconds(5));
         s.arm(late);
-        let firing = fired.recv().await.unwrap();
+        let Some(Fired::Wakeup(firing)) = fired.recv().await else {
+            panic!("expected a wake-up");
+        };
         assert!(firing.lateness_ms >= 5000, "{}", firing.lateness_ms);
+        // Schedules share the due order; a moved schedule fires once.
+        s.arm_schedule("sched_a", Utc::now() + chrono::Duration::seconds(60));
+        s.arm_schedule("sched_a", Utc::now() + chrono::Duration::milliseconds(10));
+        let Some(Fired::Schedule { schedule_id, .. }) = fired.recv().await else {
+            panic!("expected a schedule run");
+        };
+        assert_eq!(schedule_id, "sched_a");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), fired.recv())
+                .await
+                .is_err()
+        );
     }
 
     #[tokio::test]

@@ -4,7 +4,7 @@ use berth_runtime::event::EventRecord;
 use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
 use berth_runtime::ids::{SessionId, TurnId};
-use berth_runtime::suspension::{ExternalEvent, ResumeClaim, Suspension, Wakeup};
+use berth_runtime::suspension::{ExternalEvent, ResumeClaim, Schedule, Suspension, Wakeup};
 use serde::Serialize;
 
 use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
@@ -58,6 +58,13 @@ pub(crate) enum Op {
     },
     AppendExternalEvent {
         value: Vec<u8>,
+    },
+    PutSchedule {
+        id: String,
+        value: Vec<u8>,
+    },
+    DeleteSchedule {
+        id: String,
     },
     PutMeta {
         key: String,
@@ -186,6 +193,23 @@ impl Batch {
     pub fn append_external_event(mut self, event: &ExternalEvent) -> Self {
         self.ops
             .push(Op::AppendExternalEvent { value: json(event) });
+        self
+    }
+
+    /// Creates or replaces a standing schedule (table `schedules`).
+    pub fn put_schedule(mut self, schedule: &Schedule) -> Self {
+        self.ops.push(Op::PutSchedule {
+            id: schedule.schedule_id.clone(),
+            value: json(schedule),
+        });
+        self
+    }
+
+    /// Deletes a standing schedule.
+    pub fn delete_schedule(mut self, schedule_id: &str) -> Self {
+        self.ops.push(Op::DeleteSchedule {
+            id: schedule_id.to_owned(),
+        });
         self
     }
 

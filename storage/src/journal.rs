@@ -7,7 +7,7 @@ use berth_runtime::event::EventRecord;
 use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
 use berth_runtime::ids::{EventId, SessionId};
-use berth_runtime::suspension::{ExternalEvent, ResumeClaim, Suspension, Wakeup};
+use berth_runtime::suspension::{ExternalEvent, ResumeClaim, Schedule, Suspension, Wakeup};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot};
@@ -16,8 +16,8 @@ use crate::batch::Batch;
 use crate::error::StorageError;
 use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
 use crate::tables::{
-    CHECKPOINTS, EVENTS, EXTERNAL_EVENTS, FRAMES, META, OPEN_TURNS, RESUME_CLAIMS, SESSIONS,
-    SUSPENSIONS, TRANSCRIPTS, WAKEUPS,
+    CHECKPOINTS, EVENTS, EXTERNAL_EVENTS, FRAMES, META, OPEN_TURNS, RESUME_CLAIMS, SCHEDULES,
+    SESSIONS, SUSPENSIONS, TRANSCRIPTS, WAKEUPS,
 };
 use crate::writer::{self, Request};
 
@@ -103,6 +103,7 @@ impl Journal {
             SUSPENSIONS,
             RESUME_CLAIMS,
             WAKEUPS,
+            SCHEDULES,
         ] {
             txn.open_table(table).map_err(|e| open_err(e.to_string()))?;
         }
@@ -402,5 +403,28 @@ impl Journal {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(META)?;
         Ok(table.get(key)?.map_or(0, |v| v.value()))
+    }
+
+    /// Every standing schedule, by id.
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn schedules(&self) -> Result<Vec<Schedule>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(SCHEDULES)?;
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            out.push(decode("schedules", k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// One standing schedule.
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn schedule(&self, schedule_id: &str) -> Result<Option<Schedule>, StorageError> {
+        self.get(SCHEDULES, "schedules", schedule_id)
     }
 }

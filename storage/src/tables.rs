@@ -33,3 +33,5 @@ pub const EXTERNAL_EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("e
 /// name → counter (`events_matched`: the last external event whose matches
 /// were fired).
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// schedule id → [`Schedule`](berth_runtime::suspension::Schedule).
+pub const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");

@@ -19,8 +19,8 @@ use crate::batch::{Batch, Op, PendingClaim};
 use crate::error::StorageError;
 use crate::records::OpenTurn;
 use crate::tables::{
-    CHECKPOINTS, EVENTS, EXTERNAL_EVENTS, FRAMES, META, OPEN_TURNS, RESUME_CLAIMS, SESSIONS,
-    SUSPENSIONS, TRANSCRIPTS, WAKEUPS,
+    CHECKPOINTS, EVENTS, EXTERNAL_EVENTS, FRAMES, META, OPEN_TURNS, RESUME_CLAIMS, SCHEDULES,
+    SESSIONS, SUSPENSIONS, TRANSCRIPTS, WAKEUPS,
 };
 
 /// Most requests folded into one transaction.
@@ -164,6 +164,7 @@ fn apply_all(
     let mut wakeups = txn.open_table(WAKEUPS)?;
     let mut external = txn.open_table(EXTERNAL_EVENTS)?;
     let mut meta = txn.open_table(META)?;
+    let mut schedules = txn.open_table(SCHEDULES)?;
     let mut last_external: Option<u64> = None;
     // Last event id per session, as of this transaction.
     let mut last: HashMap<&str, u64> = HashMap::new();
@@ -242,6 +243,12 @@ fn apply_all(
                     external.insert(next, value.as_slice())?;
                     last_external = Some(next);
                     ids.push(next);
+                }
+                Op::PutSchedule { id, value } => {
+                    schedules.insert(id.as_str(), value.as_slice())?;
+                }
+                Op::DeleteSchedule { id } => {
+                    schedules.remove(id.as_str())?;
                 }
                 Op::PutMeta { key, value } => {
                     meta.insert(key.as_str(), *value)?;

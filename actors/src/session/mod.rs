@@ -17,7 +17,7 @@ use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::history::Transcript;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::steering::Injection;
-use berth_runtime::suspension::Suspension;
+use berth_runtime::suspension::{OverlapPolicy, Suspension};
 use berth_runtime::tools::{ProcessGroups, ProcessLedger};
 use berth_scheduler::Scheduler;
 use berth_storage::{Batch, Journal, SessionRecord};
@@ -165,6 +165,17 @@ pub enum SessionMsg {
         /// Answered once the claim is committed.
         reply: RpcReplyPort<Result<ResumeOutcome, ControlError>>,
     },
+    /// A standing schedule's run.
+    ScheduledPrompt {
+        /// The schedule.
+        schedule_id: String,
+        /// The prompt text.
+        text: String,
+        /// Its overlap policy.
+        overlap: OverlapPolicy,
+        /// Started, buffered or skipped.
+        reply: RpcReplyPort<lifecycle::scheduled::ScheduledStart>,
+    },
     /// A `fail` timeout elapsed: fail the suspension `handle`.
     FailSuspension {
         /// The handle that timed out.
@@ -213,6 +224,9 @@ pub struct SessionState {
     pub(crate) suspension: Option<Suspension>,
     /// Suspends waiting for the running turn to park.
     pub(crate) suspend_waiters: Vec<lifecycle::suspend::SuspendReply>,
+    /// Scheduled runs waiting for the running turn to end (schedule id,
+    /// prompt text); held in memory.
+    pub(crate) scheduled: std::collections::VecDeque<(String, String)>,
 }
 
 impl SessionState {
@@ -326,6 +340,7 @@ impl Actor for SessionActor {
             last_control: None,
             suspension,
             suspend_waiters: Vec::new(),
+            scheduled: Default::default(),
         })
     }
 
@@ -347,6 +362,17 @@ impl Actor for SessionActor {
             }
             SessionMsg::Resume { params, reply } => {
                 lifecycle::resume::resume(&myself, state, params, reply).await
+            }
+            SessionMsg::ScheduledPrompt {
+                schedule_id,
+                text,
+                overlap,
+                reply,
+            } => {
+                let started =
+                    lifecycle::scheduled::run(&myself, state, schedule_id, text, overlap).await?;
+                let _ = reply.send(started);
+                Ok(())
             }
             SessionMsg::FailSuspension {
                 handle,

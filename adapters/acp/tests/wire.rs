@@ -1368,3 +1368,59 @@ async fn a_budget_breach_suspends_for_the_policy_and_a_refill_resumes() {
     );
     assert_eq!(log(), "A\nC\n");
 }
+
+#[tokio::test]
+async fn a_schedule_prompts_its_session_until_paused_and_validates_its_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    for (params, field) in [
+        (json!({"cron": "61 * * * *", "prompt": "hi"}), "cron"),
+        (
+            json!({"cron": "* * * * *", "timezone": "Mars/Base", "prompt": "hi"}),
+            "timezone",
+        ),
+        (
+            json!({"cron": "* * * * *", "prompt": "hi", "overlap": "often"}),
+            "overlap",
+        ),
+        (json!({"cron": "* * * * *", "prompt": ""}), "prompt"),
+    ] {
+        let mut params = params;
+        params["sessionId"] = json!(sid);
+        let r = c.call("_berth/schedule.create", params.clone()).await;
+        assert_eq!(error_of(&r).1["field"], field, "{params} -> {r}");
+    }
+    // Every second (6-field cron with seconds).
+    let r = c
+        .call(
+            "_berth/schedule.create",
+            json!({"sessionId": sid, "cron": "* * * * * *", "prompt": "hi", "overlap": "buffer_one"}),
+        )
+        .await;
+    let id = r["result"]["scheduleId"].as_str().unwrap().to_owned();
+    // Two runs arrive as turns with the schedule's prompt.
+    let mut runs = 0;
+    while runs < 2 {
+        let note = c.read().await;
+        if note["params"]["type"] == "turn_ended" {
+            runs += 1;
+        }
+    }
+    let paused = c
+        .call("_berth/schedule.pause", json!({"scheduleId": id}))
+        .await;
+    assert_eq!(paused["result"]["paused"], true);
+    let list = c.call("_berth/schedule.list", json!({})).await;
+    assert!(list["result"]["schedules"][0]["fired"].as_u64().unwrap() >= 2);
+    assert_eq!(
+        c.call("_berth/schedule.delete", json!({"scheduleId": id}))
+            .await["result"],
+        json!({})
+    );
+    let r = c
+        .call("_berth/schedule.delete", json!({"scheduleId": id}))
+        .await;
+    assert_eq!(error_of(&r).1["field"], "scheduleId");
+}

@@ -10,6 +10,7 @@
 
 pub mod conditions;
 pub mod envelope;
+pub mod schedule;
 pub mod wakeup;
 
 pub use conditions::{
@@ -19,4 +20,5 @@ pub use envelope::{
     Initiator, ResumeCause, ResumeClaim, ResumeClaimKind, SpanLink, SuspendMode, SuspendRequest,
     Suspension,
 };
+pub use schedule::{OverlapPolicy, Schedule};
 pub use wakeup::{DueKind, ExternalEvent, Wakeup};

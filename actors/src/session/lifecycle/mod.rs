@@ -10,6 +10,7 @@ pub mod prompt;
 pub mod resume;
 pub mod retract;
 pub mod rollback;
+pub mod scheduled;
 pub mod status;
 pub mod suspend;
 pub mod view;

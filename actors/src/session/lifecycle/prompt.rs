@@ -318,6 +318,7 @@ pub(crate) async fn finish(
     if !state.pending_close.is_empty() {
         super::close::finalize(myself, state).await?;
     }
+    super::scheduled::start_buffered(myself, state).await;
     Ok(())
 }
 

@@ -41,6 +41,9 @@ pub async fn handle_request(
         "session/suspend" => suspend::suspend(conn, params).await,
         "_berth/event.emit" => suspend::emit_event(conn, params).await,
         "_berth/suspend_many" => suspend::suspend_many(conn, params).await,
+        m if m.starts_with("_berth/schedule.") => {
+            suspend::schedule(conn, &m["_berth/schedule.".len()..], params).await
+        }
         "session/cancel_tool_call" => cancel::cancel_tool_call(conn, params).await,
         "session/inject" => inject::inject(conn, params).await,
         "session/revoke_inject" => inject::revoke(conn, params).await,

@@ -320,3 +320,92 @@ pub(crate) async fn suspend_many(conn: &Connection, params: Value) -> Result<Val
         .collect();
     Ok(json!({ "results": results }))
 }
+
+/// `_berth/schedule.*`: standing schedules (Temporal Schedules) that prompt a
+/// session on a cron.
+///
+/// - `create {sessionId, cron, timezone?, prompt, overlap?: skip |
+///   buffer_one | allow_all, catchupWindowMs?}` → the schedule
+/// - `list {}` → `{schedules: [...]}`
+/// - `pause {scheduleId}` / `unpause {scheduleId}` → the schedule
+/// - `delete {scheduleId}` → `{}`
+///
+/// # Errors
+/// -32602 naming the field; -32004 / -32005 for the session.
+pub(crate) async fn schedule(
+    conn: &Connection,
+    verb: &str,
+    params: Value,
+) -> Result<Value, RpcError> {
+    let id = || -> Result<String, RpcError> {
+        match params.get("scheduleId") {
+            Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+            _ => Err(RpcError::invalid_params(
+                "scheduleId",
+                "must be a non-empty string",
+            )),
+        }
+    };
+    let answer = match verb {
+        "create" => {
+            let object = object(
+                &params,
+                &[
+                    "sessionId",
+                    "cron",
+                    "timezone",
+                    "prompt",
+                    "overlap",
+                    "catchupWindowMs",
+                    "_meta",
+                ],
+            )?;
+            let text = |key: &str| match object.get(key) {
+                Some(Value::String(s)) => Ok(s.clone()),
+                _ => Err(RpcError::invalid_params(key, "must be a string")),
+            };
+            let overlap = match object.get("overlap") {
+                None | Some(Value::Null) => Default::default(),
+                Some(v) => serde_json::from_value(v.clone()).map_err(|_| {
+                    RpcError::invalid_params(
+                        "overlap",
+                        "must be one of skip, buffer_one, allow_all",
+                    )
+                })?,
+            };
+            let catchup_window_ms = match object.get("catchupWindowMs") {
+                None | Some(Value::Null) => 0,
+                Some(v) => v.as_u64().ok_or_else(|| {
+                    RpcError::invalid_params("catchupWindowMs", "must be a non-negative integer")
+                })?,
+            };
+            let timezone = match object.get("timezone") {
+                None | Some(Value::Null) => None,
+                Some(_) => Some(text("timezone")?),
+            };
+            let spec = berth_actors::ScheduleSpec {
+                session_id: session_id(&params)?,
+                cron: text("cron")?,
+                timezone,
+                prompt: text("prompt")?,
+                overlap,
+                catchup_window_ms,
+            };
+            serde_json::to_value(conn.node.schedule_create(spec).await?)
+        }
+        "list" => Ok(json!({"schedules": conn.node.schedule_list()?})),
+        "pause" | "unpause" => {
+            serde_json::to_value(conn.node.schedule_pause(&id()?, verb == "pause").await?)
+        }
+        "delete" => {
+            conn.node.schedule_delete(&id()?).await?;
+            Ok(json!({}))
+        }
+        other => {
+            return Err(RpcError::method_not_found(&format!(
+                "_berth/schedule.{other}"
+            )))
+        }
+    };
+    answer.map_err(RpcError::internal)
+}

@@ -1,0 +1,100 @@
+//! Standing schedules (Temporal Schedules): a cron that starts a new prompt on
+//! a session, with an overlap policy, pause/unpause and a catch-up window.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::conditions::{ConditionError, ResumeConditions, TriggerSpec};
+use crate::ids::SessionId;
+
+/// What a firing does while the session's previous run is still going.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OverlapPolicy {
+    /// Skip this run (default).
+    #[default]
+    Skip,
+    /// Keep at most one run waiting; it starts when the session is idle.
+    BufferOne,
+    /// Keep every run waiting (a session runs one prompt at a time, so they
+    /// run one after another).
+    AllowAll,
+}
+
+/// A standing schedule (table `schedules`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Schedule {
+    /// `sched_<id>`.
+    pub schedule_id: String,
+    /// The session it prompts.
+    pub session_id: SessionId,
+    /// Cron expression (standard 5 fields, or 6/7 with seconds).
+    pub cron: String,
+    /// IANA timezone (default UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// The prompt text each run sends.
+    pub prompt: String,
+    /// Overlap policy.
+    #[serde(default)]
+    pub overlap: OverlapPolicy,
+    /// A run missed while berth was down fires at start-up if it is at most
+    /// this late (ms); older ones are skipped.
+    #[serde(default)]
+    pub catchup_window_ms: u64,
+    /// Paused schedules do not fire.
+    #[serde(default)]
+    pub paused: bool,
+    /// The next run (none once the cron has no later time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_fire_at: Option<DateTime<Utc>>,
+    /// When it last fired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_fired_at: Option<DateTime<Utc>>,
+    /// Runs started (or buffered).
+    #[serde(default)]
+    pub fired: u64,
+    /// Runs skipped (overlap, suspended or closed session, missed).
+    #[serde(default)]
+    pub skipped: u64,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+}
+
+impl Schedule {
+    /// Validates `cron`/`timezone` as a cron trigger.
+    ///
+    /// # Errors
+    /// [`ConditionError`] naming `cron` or `timezone`.
+    pub fn validate(cron: &str, timezone: Option<&str>) -> Result<TriggerSpec, ConditionError> {
+        let mut trigger = json!({"cron": cron});
+        if let Some(tz) = timezone {
+            trigger["timezone"] = json!(tz);
+        }
+        let parsed = ResumeConditions::parse(&json!({"trigger": trigger}), "").map_err(|e| {
+            ConditionError {
+                field: e
+                    .field
+                    .trim_start_matches('.')
+                    .trim_start_matches("trigger.")
+                    .to_owned(),
+                reason: e.reason,
+            }
+        })?;
+        parsed.trigger.ok_or_else(|| ConditionError {
+            field: "cron".into(),
+            reason: "is required".into(),
+        })
+    }
+
+    /// The first run strictly after `after`.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        TriggerSpec::Cron {
+            cron: self.cron.clone(),
+            timezone: self.timezone.clone(),
+        }
+        .next_fire_after(after)
+    }
+}
