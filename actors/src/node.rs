@@ -543,7 +543,7 @@ impl Node {
                 };
                 tokio::spawn(async move {
                     match firing {
-                        Fired::Wakeup(firing) => node.fire(firing).await,
+                        Fired::Wakeup(firing) => node.fire(*firing).await,
                         Fired::Schedule {
                             schedule_id,
                             due,

@@ -43,7 +43,7 @@ pub struct Firing {
 #[derive(Debug, Clone)]
 pub enum Fired {
     /// A parked session's wake-up.
-    Wakeup(Firing),
+    Wakeup(Box<Firing>),
     /// A standing schedule's run (the node re-arms its next run).
     Schedule {
         /// The schedule.
@@ -261,12 +261,12 @@ async fn run(
                     let Some((due, kind)) = wakeup.next_due() else {
                         continue;
                     };
-                    let _ = fired.send(Fired::Wakeup(Firing {
+                    let _ = fired.send(Fired::Wakeup(Box::new(Firing {
                         wakeup,
                         kind,
                         due,
                         lateness_ms,
-                    }));
+                    })));
                 }
                 Key::Schedule(schedule_id) => {
                     armed.disarm_schedule(&schedule_id);
@@ -337,7 +337,7 @@ mod tests {
         s.arm(wakeup("c", 40, None));
         s.disarm(&SessionId::from("c"));
         let wakeup = |f: Option<Fired>| match f {
-            Some(Fired::Wakeup(f)) => f,
+            Some(Fired::Wakeup(f)) => *f,
             other => panic!("expected a wake-up, got {other:?}"),
         };
         let first = wakeup(fired.recv().await);
