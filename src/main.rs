@@ -35,6 +35,37 @@ enum Command {
         #[command(subcommand)]
         command: ScheduleCommand,
     },
+    /// Operator controls of a running server (over its control socket).
+    Ctl {
+        #[command(subcommand)]
+        command: CtlCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlCommand {
+    /// Interrupt-and-suspend broadcast: suspends every selected running
+    /// session; prints per session `suspended | already_suspended |
+    /// not_running | unknown` as JSON.
+    Suspend {
+        /// Every session.
+        #[arg(long, conflicts_with_all = ["label", "ids"])]
+        all: bool,
+        /// Sessions with this label.
+        #[arg(long, conflicts_with = "ids")]
+        label: Option<String>,
+        /// These sessions.
+        ids: Vec<String>,
+        /// finish_step | interrupt_immediate | wait_for_completion
+        /// [default: interrupt_immediate].
+        #[arg(long)]
+        mode: Option<String>,
+        /// Why (recorded with each suspension).
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -151,6 +182,33 @@ fn main() -> ExitCode {
                         command: EventCommand::Emit(args),
                     } => emit(args).await,
                     Command::Schedule { command } => schedule(command).await,
+                    Command::Ctl {
+                        command:
+                            CtlCommand::Suspend {
+                                all,
+                                label,
+                                ids,
+                                mode,
+                                reason,
+                                server,
+                            },
+                    } => {
+                        if !all && label.is_none() && ids.is_empty() {
+                            anyhow::bail!("say which sessions: --all, --label L, or session ids");
+                        }
+                        let mut params = serde_json::json!({"mode": mode, "reason": reason});
+                        if all {
+                            params["all"] = serde_json::json!(true);
+                        } else if let Some(label) = label {
+                            params["label"] = serde_json::json!(label);
+                        } else {
+                            params["sessionIds"] = serde_json::json!(ids);
+                        }
+                        let answer =
+                            call_server(server.socket(), "_berth/suspend_many", params).await?;
+                        println!("{answer}");
+                        Ok(())
+                    }
                 }
             });
             // A stdin read may still be parked on a blocking thread after a
