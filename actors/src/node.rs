@@ -374,7 +374,8 @@ impl Node {
 
     /// `_berth/event.emit`: journals the event (durable before the answer),
     /// then resumes every parked session it matches (cause `external_event`,
-    /// the payload as input), each through its one-time claim.
+    /// the payload as input; no input when it has none), each through its
+    /// one-time claim.
     ///
     /// # Errors
     /// [`ControlError::InvalidParams`] for a bad name (empty, over 256
@@ -437,7 +438,8 @@ impl Node {
                     &wakeup.session_id,
                     ResumeParams {
                         handle: Some(wakeup.handle.clone()),
-                        input: Some(event.data.clone()),
+                        // An event without data resumes without input.
+                        input: (!event.data.is_null()).then(|| event.data.clone()),
                         continue_transcript: true,
                         cause: ResumeCause::ExternalEvent,
                         actor: format!("event:{}", event.name),
