@@ -86,7 +86,7 @@ fn log_firing(firing: &Firing, result: Result<(), ControlError>) {
             tracing::info!(%session_id, handle = %firing.wakeup.handle, lateness_ms = firing.lateness_ms, kind = ?firing.kind, "wake-up fired")
         }
         Err(e) => {
-            tracing::info!(%session_id, handle = %firing.wakeup.handle, error = %e, "wake-up fired; the suspension was already gone")
+            tracing::info!(%session_id, handle = %firing.wakeup.handle, error = %e, "wake-up fired; no resumption came of it")
         }
     }
 }
@@ -596,7 +596,7 @@ impl Node {
             },
         };
         let result = self
-            .resume(
+            .resume_condition(
                 &session_id,
                 ResumeParams {
                     handle: Some(wakeup.handle.clone()),
@@ -611,9 +611,36 @@ impl Node {
         log_firing(&firing, result.map(|_| ()));
     }
 
+    /// A resume a condition fired. When the parked turn cannot continue under
+    /// today's configuration (`ResumeRefused`), the condition still wakes the
+    /// session: with `continueTranscript: false` (the parked turn is sealed
+    /// and a fresh turn starts from a digest), rather than dropping the
+    /// wake-up with the session parked forever.
+    async fn resume_condition(
+        &self,
+        session_id: &SessionId,
+        params: ResumeParams,
+    ) -> Result<ResumeOutcome, ControlError> {
+        match self.resume(session_id, params.clone()).await {
+            Err(ControlError::ResumeRefused { refusal, .. }) => {
+                tracing::warn!(%session_id, %refusal, "a woken parked turn cannot continue; resuming with a fresh transcript");
+                self.resume(
+                    session_id,
+                    ResumeParams {
+                        continue_transcript: false,
+                        ..params
+                    },
+                )
+                .await
+            }
+            other => other,
+        }
+    }
+
     /// `_berth/event.emit`: journals the event (durable before the answer),
     /// then resumes every parked session it matches (cause `external_event`,
-    /// the payload as input), each through its one-time claim.
+    /// the payload as input; no input when it has none), each through its
+    /// one-time claim.
     ///
     /// # Errors
     /// [`ControlError::InvalidParams`] for a bad name (empty, over 256
@@ -672,11 +699,12 @@ impl Node {
         let mut woke = Vec::new();
         for wakeup in self.env.scheduler.matching(event.clone()).await {
             let result = self
-                .resume(
+                .resume_condition(
                     &wakeup.session_id,
                     ResumeParams {
                         handle: Some(wakeup.handle.clone()),
-                        input: Some(event.data.clone()),
+                        // An event without data resumes without input.
+                        input: (!event.data.is_null()).then(|| event.data.clone()),
                         continue_transcript: true,
                         cause: ResumeCause::ExternalEvent,
                         actor: format!("event:{}", event.name),

@@ -106,10 +106,15 @@ pub struct RenderOptions {
 }
 
 /// A `session/update` whose variant the ACP schema crate does not have yet
-/// (the suspend RFC's `suspended` / `resumed`), built as JSON.
-fn raw_update(notice: &SessionNotice, mut update: Value) -> String {
+/// (the suspend RFC's `suspended` / `resumed`), built as JSON. `extra` goes
+/// into the update's `_meta.berth` (berth facts the RFC shape has no field
+/// for).
+fn raw_update(notice: &SessionNotice, mut update: Value, extra: Option<(&str, Value)>) -> String {
     let meta = Value::Object(berth_meta(notice).into_iter().collect());
     update["_meta"] = meta.clone();
+    if let Some((key, value)) = extra {
+        update["_meta"]["berth"][key] = value;
+    }
     encode_notification(
         "session/update",
         json!({"sessionId": notice.session_id, "update": update, "_meta": meta}),
@@ -138,6 +143,7 @@ pub fn render_notice(notice: &SessionNotice, options: RenderOptions) -> Vec<Stri
                 "suspendedAt": suspended_at,
                 "resumeWhen": resume_when,
             }),
+            None,
         )],
         SessionEvent::Resumed {
             handle,
@@ -145,6 +151,7 @@ pub fn render_notice(notice: &SessionNotice, options: RenderOptions) -> Vec<Stri
             had_resume_input,
             continue_transcript,
             resumed_at,
+            lateness_ms,
             ..
         } if options.suspend_updates => vec![raw_update(
             notice,
@@ -156,6 +163,8 @@ pub fn render_notice(notice: &SessionNotice, options: RenderOptions) -> Vec<Stri
                 "continueTranscript": continue_transcript,
                 "resumedAt": resumed_at,
             }),
+            // A scheduled wake-up's lateness (the agentEvent's `lateness_ms`).
+            lateness_ms.map(|ms| ("latenessMs", json!(ms))),
         )],
         SessionEvent::TurnStarted { prompt, .. } => user_chunks(notice, &prompt.0, None),
         // Delivery of an injected message is echoed with its message id.

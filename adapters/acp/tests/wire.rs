@@ -1174,16 +1174,20 @@ async fn suspend_params_are_validated_naming_the_field_and_change_nothing() {
         .call("berth.session_view.query", json!({"sessionId": sid}))
         .await;
     assert_eq!(view["result"]["run"]["status"], "idle");
+    // Fractions of a minute are accepted (on another session: it fires in
+    // 60 ms by itself).
+    let tiny = c.new_session(dir.path()).await;
     let r = c
         .call(
             "session/suspend",
-            json!({"sessionId": sid, "resumeWhen": {"timeout": {"durationMinutes": 0.001}}}),
+            json!({"sessionId": tiny, "resumeWhen": {"timeout": {"durationMinutes": 0.001}}}),
         )
         .await;
     assert_eq!(
         r["result"]["resumeWhen"]["timeout"]["durationMinutes"],
         0.001
     );
+    c.call("session/suspend", json!({"sessionId": sid})).await;
     let r = c
         .call(
             "session/resume",
@@ -1423,4 +1427,103 @@ async fn a_schedule_prompts_its_session_until_paused_and_validates_its_fields() 
         .call("_berth/schedule.delete", json!({"scheduleId": id}))
         .await;
     assert_eq!(error_of(&r).1["field"], "scheduleId");
+}
+
+/// Reads notifications until one matches `pred`; returns it.
+async fn next_note(c: &mut Client, pred: impl Fn(&Value) -> bool) -> Value {
+    loop {
+        let v = c.read().await;
+        if v.get("method").is_some() && pred(&v) {
+            return v;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_scheduled_wakeup_names_its_lateness_and_the_fresh_turn_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    // A `suspendUpdates` client: the `resumed` session/update carries the
+    // wake-up's lateness in its `_meta.berth`.
+    let mut c = Client::connect(&node, ServeOptions::default());
+    c.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"_meta": {"berth": {"suspendUpdates": true}}}}),
+    )
+    .await;
+    let sid = c.new_session(dir.path()).await;
+    let r = c
+        .call(
+            "session/suspend",
+            json!({"sessionId": sid, "resumeWhen": {"timeout": {"durationMinutes": 0.001}}}),
+        )
+        .await;
+    let handle = r["result"]["handle"].clone();
+    let update = next_note(&mut c, |v| {
+        v["params"]["update"]["sessionUpdate"] == "resumed"
+    })
+    .await;
+    let update = &update["params"]["update"];
+    assert_eq!(update["handle"], handle, "{update}");
+    assert_eq!(update["cause"], "timeout", "{update}");
+    assert!(
+        update["_meta"]["berth"]["latenessMs"].is_u64(),
+        "the resumed update names the lateness: {update}"
+    );
+
+    // A stock client: the `resumed` agentEvent of a resume that starts a
+    // fresh turn (an idle suspension woken with input) names that turn.
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    c.call("session/suspend", json!({"sessionId": sid})).await;
+    let id = c
+        .request("session/resume", json!({"sessionId": sid, "input": "hi"}))
+        .await;
+    let (answer, notes) = c.response(id).await;
+    let turn_id = answer["result"]["_meta"]["berth"]["resumed"]["turnId"].clone();
+    assert!(turn_id.is_string(), "{answer}");
+    let resumed = notes
+        .iter()
+        .find(|n| n["params"]["type"] == "resumed")
+        .expect("the resumed agentEvent precedes the answer");
+    assert_eq!(resumed["params"]["event"]["turn_id"], turn_id, "{resumed}");
+    let started = notes
+        .iter()
+        .find(|n| n["params"]["update"]["sessionUpdate"] == "user_message_chunk")
+        .expect("the fresh turn's prompt");
+    assert_eq!(started["params"]["update"]["content"]["text"], "hi");
+}
+
+#[tokio::test]
+async fn an_event_without_data_wakes_without_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    c.call(
+        "session/suspend",
+        json!({"sessionId": sid, "resumeWhen": {"onEvent": "nightly.*"}}),
+    )
+    .await;
+    let id = c
+        .request("_berth/event.emit", json!({"name": "nightly.start"}))
+        .await;
+    let (answer, notes) = c.response(id).await;
+    assert_eq!(answer["result"]["woke"][0]["resumed"], true, "{answer}");
+    let resumed = notes
+        .iter()
+        .find(|n| n["params"]["type"] == "resumed")
+        .expect("resumed before the emit's answer");
+    assert_eq!(resumed["params"]["event"]["cause"], "external_event");
+    assert_eq!(
+        resumed["params"]["event"]["had_resume_input"], false,
+        "{resumed}"
+    );
+    // An idle session woken without input just wakes: no turn, no "null" prompt.
+    assert!(resumed["params"]["event"]["turn_id"].is_null(), "{resumed}");
+    let view = c
+        .call("berth.session_view.query", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(view["result"]["run"]["status"], "idle", "{view}");
+    assert_eq!(view["result"]["messageCount"], 0, "{view}");
 }

@@ -49,7 +49,8 @@ pub enum DueKind {
 impl Wakeup {
     /// The wake-up of `suspension`, or `None` when nothing but an explicit
     /// resume can wake it. A cron trigger's first fire is the first match
-    /// after `suspended_at`.
+    /// after `suspended_at`; an `at` trigger fires at its instant, at once
+    /// when that is not after `suspended_at`.
     pub fn of(suspension: &Suspension) -> Option<Self> {
         let conditions = suspension.resume_when.as_ref()?;
         let at = suspension.suspended_at;
@@ -66,6 +67,10 @@ impl Wakeup {
             Some(TriggerSpec::Event { event, filter }) => {
                 (None, Some((event.clone(), filter.clone())))
             }
+            // An instant already past when the suspension is committed (given
+            // in the past, or passed while the turn quiesced) is overdue: it
+            // fires at once, late, as one that came due while berth was down.
+            Some(TriggerSpec::At { at }) => (Some(*at), None),
             Some(spec) => (spec.next_fire_after(at), None),
             None => (None, None),
         };
@@ -145,4 +150,41 @@ pub struct ExternalEvent {
     pub received_at: DateTime<Utc>,
     /// Who sent it.
     pub source: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suspension::{Initiator, ResumeConditions, SuspendMode};
+
+    fn suspended_at(at: DateTime<Utc>, trigger: TriggerSpec) -> Suspension {
+        Suspension {
+            handle: "susp_1".into(),
+            session_id: SessionId::from("s"),
+            reason: None,
+            initiator: Initiator::Client,
+            actor: "test".into(),
+            mode: SuspendMode::FinishStep,
+            resume_when: Some(ResumeConditions {
+                trigger: Some(trigger),
+                ..Default::default()
+            }),
+            summary: None,
+            suspended_at: at,
+            frame: None,
+            turn_id: None,
+            parent_session_id: None,
+            span_links: vec![],
+        }
+    }
+
+    #[test]
+    fn an_at_trigger_already_past_at_the_suspension_is_due_at_once() {
+        let now = Utc::now();
+        for at in [now - Duration::seconds(2), now, now + Duration::seconds(2)] {
+            let wakeup = Wakeup::of(&suspended_at(now, TriggerSpec::At { at }))
+                .expect("an at trigger is always armed");
+            assert_eq!(wakeup.next_due(), Some((at, DueKind::Trigger)));
+        }
+    }
 }

@@ -51,6 +51,9 @@ pub(crate) struct Prelude {
     pub batch: Batch,
     pub events: Vec<SessionEvent>,
     pub transcript: Vec<Message>,
+    /// The new turn's id, when the prelude's events already name it (a
+    /// resume's `resumed`); otherwise one is generated.
+    pub turn_id: Option<TurnId>,
 }
 
 /// Accepts a prompt. Refuses with `SessionClosed` / `SessionSuspended` /
@@ -104,7 +107,10 @@ pub(crate) async fn begin(
     let env = Arc::clone(&state.env);
     let session_id = state.record.session_id.clone();
     let now = env.config.clock.now();
-    let turn_id = TurnId(env.config.ids.new_id("turn"));
+    let turn_id = prelude
+        .turn_id
+        .clone()
+        .unwrap_or_else(|| TurnId(env.config.ids.new_id("turn")));
     let prompt_text = prompt.to_model_text();
     let mut record = state.record.clone();
     record.updated_at = now;

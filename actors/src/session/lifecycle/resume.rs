@@ -15,6 +15,7 @@ use berth_runtime::engine::{check_resumable, TurnControl};
 use berth_runtime::event::{ControlStatus, SessionEvent};
 use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
+use berth_runtime::ids::TurnId;
 use berth_runtime::suspension::{ResumeClaim, ResumeClaimKind, Suspension};
 use berth_runtime::terminal::{Terminal, TerminalKind, TerminalOwner};
 use berth_runtime::tools::ResumeInput;
@@ -168,10 +169,13 @@ async fn claim(
         (frame, _) if frame.is_some() || params.input.is_some() || !continue_transcript => {
             let mut record = state.record.clone();
             record.budget_grant.add(&grant);
+            // The `resumed` event names the fresh turn it starts.
+            let fresh = TurnId(state.env.config.ids.new_id("turn"));
             let mut prelude = Prelude {
                 batch: prelude_batch,
                 events: vec![],
                 transcript: vec![],
+                turn_id: Some(fresh.clone()),
             };
             if let Some(frame) = &frame {
                 let terminal = Terminal {
@@ -206,7 +210,7 @@ async fn claim(
                 before.extend(prelude.transcript.iter().cloned());
                 digest(&suspension, &before, params.input.as_ref())
             };
-            prelude.events.push(resumed(None));
+            prelude.events.push(resumed(Some(fresh)));
             prelude.events.push(accepted);
             let saved = std::mem::replace(&mut state.record, record);
             match prompt::begin(myself, state, Prompt::text(text), None, prelude).await {
