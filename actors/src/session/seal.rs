@@ -582,6 +582,7 @@ mod tests {
             continue_transcript: true,
             resumed_at: chrono::Utc::now(),
             turn_id: Some(frame.turn_id.clone()),
+            lateness_ms: None,
         });
         let (recovered, _) = recover_frame(frame.clone(), &events);
         assert!(recovered.park().is_none(), "{recovered:?}");
