@@ -2,7 +2,9 @@
 //!
 //! Black-box checks and measurements of a live `berth`: ACP scenarios driven
 //! over the wire, end-to-end tests with third-party clients (`e2e/`), and the
-//! `bench-core` benchmark binary (`src/bin/bench-core.rs`).
+//! benchmark binaries `bench-core` (`src/bin/bench-core.rs`: turn, journal,
+//! inject and suspend/resume costs) and `bench-sched` (`src/bin/bench-sched.rs`:
+//! wake-up lateness, timer arming, a million pending timers).
 //!
 //! The library part holds helpers those binaries share; today that is
 //! [`stats`], the latency summary the benchmarks print.

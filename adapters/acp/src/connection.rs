@@ -362,7 +362,12 @@ where
 {
     let (outbound, mut queue) = mpsc::unbounded_channel::<String>();
     let writer_task = tokio::spawn(async move {
-        let mut writer = writer;
+        // Buffered: a frame and its newline are one write, and a backlog of
+        // frames goes out in a few large writes (flushed whenever the queue
+        // runs dry). Unbuffered, every frame cost two writes — over stdio,
+        // two round trips through tokio's blocking pool — which capped a
+        // busy connection at a few thousand frames a second.
+        let mut writer = tokio::io::BufWriter::new(writer);
         while let Some(frame) = queue.recv().await {
             writer.write_all(frame.as_bytes()).await?;
             writer.write_all(b"\n").await?;

@@ -1527,3 +1527,91 @@ async fn an_event_without_data_wakes_without_input() {
     assert_eq!(view["result"]["run"]["status"], "idle", "{view}");
     assert_eq!(view["result"]["messageCount"], 0, "{view}");
 }
+
+/// The connection's writer buffers its output: each frame used to cost two
+/// unbuffered writes (the frame, then its newline) — over stdio two round
+/// trips through tokio's blocking pool each, which capped a busy connection
+/// (bench-sched: 10,000 parked sessions waking at once).
+mod buffered_output {
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use tokio::io::AsyncWrite;
+
+    use super::*;
+
+    /// Counts the writes made through it.
+    struct CountingWriter<W> {
+        inner: W,
+        writes: Arc<AtomicUsize>,
+    }
+
+    impl<W: AsyncWrite + Unpin> AsyncWrite for CountingWriter<W> {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+            Pin::new(&mut self.inner).poll_write(cx, buf)
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_frames_takes_at_most_one_write_each_and_every_frame_arrives() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = node(dir.path()).await;
+        let (ours, theirs) = tokio::io::duplex(1 << 20);
+        let (r, w) = tokio::io::split(theirs);
+        let writes = Arc::new(AtomicUsize::new(0));
+        let counted = CountingWriter {
+            inner: w,
+            writes: Arc::clone(&writes),
+        };
+        tokio::spawn(serve(node.clone(), r, counted, ServeOptions::default()));
+        let (r, mut w) = tokio::io::split(ours);
+        let mut lines = BufReader::new(r).lines();
+        let burst: String = (1..=50)
+            .map(|id| {
+                format!(
+                    "{}\n",
+                    json!({"jsonrpc": "2.0", "id": id, "method": "session/list"})
+                )
+            })
+            .collect();
+        w.write_all(burst.as_bytes()).await.unwrap();
+        // Every answer arrives with nothing more sent: none is left sitting
+        // in the buffer once the queue runs dry.
+        let mut ids = Vec::new();
+        for _ in 0..50 {
+            let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+                .await
+                .expect("every answer is flushed")
+                .unwrap()
+                .expect("stream ended");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            assert!(v.get("result").is_some(), "{v}");
+            ids.push(v["id"].as_u64().unwrap());
+        }
+        ids.sort_unstable();
+        assert_eq!(ids, (1..=50).collect::<Vec<u64>>());
+        let n = writes.load(Ordering::Relaxed);
+        assert!(
+            n <= 50,
+            "{n} writes for 50 frames (unbuffered: two per frame)"
+        );
+    }
+}
