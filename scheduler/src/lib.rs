@@ -134,6 +134,12 @@ impl Scheduler {
     }
 }
 
+/// A due time in whole milliseconds, rounded up, so that nothing fires
+/// before it is due (the clock is read in truncated milliseconds).
+fn due_ms(due: DateTime<Utc>) -> i64 {
+    due.timestamp_millis() + i64::from(!due.timestamp_subsec_nanos().is_multiple_of(1_000_000))
+}
+
 /// The scheduler's state.
 #[derive(Default)]
 struct Armed {
@@ -156,8 +162,7 @@ impl Armed {
         self.remove(&wakeup.session_id);
         let id = wakeup.session_id.clone();
         if let Some((due, _)) = wakeup.next_due() {
-            self.due
-                .insert((due.timestamp_millis(), Key::Session(id.clone())));
+            self.due.insert((due_ms(due), Key::Session(id.clone())));
         }
         for pattern in Self::patterns(&wakeup) {
             if pattern.ends_with('*') {
@@ -178,8 +183,7 @@ impl Armed {
     fn remove(&mut self, id: &SessionId) -> Option<Wakeup> {
         let wakeup = self.by_session.remove(id)?;
         if let Some((due, _)) = wakeup.next_due() {
-            self.due
-                .remove(&(due.timestamp_millis(), Key::Session(id.clone())));
+            self.due.remove(&(due_ms(due), Key::Session(id.clone())));
         }
         for pattern in Self::patterns(&wakeup) {
             if let Some(set) = self.exact.get_mut(pattern) {
@@ -292,7 +296,7 @@ async fn run(
         match command {
             None => return,
             Some(Command::Arm(wakeup)) => armed.insert(*wakeup),
-            Some(Command::ArmSchedule(id, due)) => armed.arm_schedule(id, due.timestamp_millis()),
+            Some(Command::ArmSchedule(id, due)) => armed.arm_schedule(id, due_ms(due)),
             Some(Command::DisarmSchedule(id)) => {
                 armed.disarm_schedule(&id);
             }
@@ -363,7 +367,8 @@ mod tests {
         let Some(Fired::Wakeup(firing)) = fired.recv().await else {
             panic!("expected a wake-up");
         };
-        assert!(firing.lateness_ms >= 5000, "{}", firing.lateness_ms);
+        // Lateness counts from the due time rounded up to the millisecond.
+        assert!(firing.lateness_ms >= 4_999, "{}", firing.lateness_ms);
         // Schedules share the due order; a moved schedule fires once.
         s.arm_schedule("sched_a", Utc::now() + chrono::Duration::seconds(60));
         s.arm_schedule("sched_a", Utc::now() + chrono::Duration::milliseconds(10));
