@@ -6,8 +6,9 @@
 //! inject and suspend/resume costs) and `bench-sched` (`src/bin/bench-sched.rs`:
 //! wake-up lateness, timer arming, a million pending timers).
 //!
-//! The library part holds helpers those binaries share; today that is
-//! [`stats`], the latency summary the benchmarks print.
+//! The library part holds helpers those binaries share: [`stats`] (the
+//! latency summary the benchmarks print), [`host`] (finding the binary,
+//! CPU and load readings) and [`wire`] (classifying ACP frames).
 
 pub mod stats {
     //! Latency summaries: percentiles over a set of timed samples.
@@ -94,6 +95,130 @@ pub mod stats {
         #[test]
         fn no_samples_no_summary() {
             assert!(LatencySummary::from_samples(&mut []).is_none());
+        }
+    }
+}
+
+pub mod host {
+    //! The machine and the berth process under measurement.
+
+    use std::path::{Path, PathBuf};
+
+    use anyhow::{bail, Context};
+
+    pub fn cpus() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+    /// The 1-, 5- and 15-minute load averages, when the OS reports them.
+    pub fn load_average() -> Option<String> {
+        let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+        Some(
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
+    }
+    /// CPU time (ns) the live threads of process `pid` have run, summed from
+    /// `/proc/<pid>/task/*/schedstat`; `None` where /proc does not report it.
+    /// Threads that already exited are not counted.
+    pub fn cpu_ns(pid: u32) -> Option<u64> {
+        let mut total = 0u64;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+            let text = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+            total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+        Some(total)
+    }
+    /// The last lines berth wrote to its stderr file, for error messages.
+    pub fn stderr_tail(stderr_path: &Path) -> String {
+        let text = std::fs::read_to_string(stderr_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+        if tail.is_empty() {
+            "(berth wrote nothing to stderr)".into()
+        } else {
+            format!("berth stderr (last lines):\n{tail}")
+        }
+    }
+    /// Where the `berth` binary is: `$BERTH_BIN`, else the workspace's release build.
+    pub fn berth_binary(skip_hint: &str) -> anyhow::Result<PathBuf> {
+        if let Some(bin) = std::env::var_os("BERTH_BIN") {
+            let path = PathBuf::from(bin);
+            if !path.is_file() {
+                bail!(
+                    "BERTH_BIN points at {}, which is not a file: unset it to use the \
+                     workspace build, or point it at a built `berth` binary",
+                    path.display()
+                );
+            }
+            return Ok(path);
+        }
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .context("the conformance crate has no parent directory")?;
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace.join("target"));
+        let path = target.join("release").join("berth");
+        if !path.is_file() {
+            bail!(
+                "the berth binary is missing at {}: build it first with \
+                 `cargo build --release --bin berth` (or set BERTH_BIN to a built binary, \
+                 or pass {skip_hint})",
+                path.display()
+            );
+        }
+        Ok(path)
+    }
+}
+
+pub mod wire {
+    //! ACP frames as the benchmarks read them.
+
+    use anyhow::{bail, Context};
+    use serde_json::Value;
+
+    /// A frame from berth, classified.
+    pub enum Frame<'a> {
+        /// A response: its id and `result` (or `error`).
+        Response(u64, Result<&'a Value, &'a Value>),
+        /// A notification: its session and kind (the `session/update` variant,
+        /// or the agent event's `type`).
+        Note(&'a str, &'a str),
+    }
+
+    pub fn classify_frame(frame: &Value) -> anyhow::Result<Frame<'_>> {
+        match (frame.get("method"), frame.get("id")) {
+            (Some(_), Some(_)) => {
+                bail!("berth sent a request the benchmark cannot answer: {frame}")
+            }
+            (Some(method), None) => {
+                let params = &frame["params"];
+                let kind = match method.as_str() {
+                    Some("session/update") => params["update"]["sessionUpdate"].as_str(),
+                    _ => params["type"].as_str(),
+                };
+                Ok(Frame::Note(
+                    params["sessionId"].as_str().unwrap_or(""),
+                    kind.unwrap_or(""),
+                ))
+            }
+            (None, Some(id)) => {
+                let id = id
+                    .as_u64()
+                    .with_context(|| format!("a response with a non-numeric id: {frame}"))?;
+                Ok(Frame::Response(
+                    id,
+                    match frame.get("error") {
+                        Some(error) => Err(error),
+                        None => Ok(&frame["result"]),
+                    },
+                ))
+            }
+            (None, None) => {
+                bail!("berth sent a frame that is neither request nor response: {frame}")
+            }
         }
     }
 }

@@ -131,7 +131,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
+use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, stderr_tail};
 use berth_conformance::stats::LatencySummary;
+use berth_conformance::wire::{classify_frame, Frame};
 use berth_runtime::clock::{Clock, SystemClock};
 use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::ids::SessionId;
@@ -278,24 +280,9 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// The 1-, 5- and 15-minute load averages, when the OS reports them.
-fn load_average() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    Some(
-        text.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
-    )
-}
-
 async fn run(args: &Args) -> anyhow::Result<()> {
     let bin = if args.runs_stdio() || args.runs_suspend() {
-        Some(berth_binary()?)
+        Some(berth_binary("--skip-stdio --skip-suspend")?)
     } else {
         None
     };
@@ -360,37 +347,6 @@ async fn run(args: &Args) -> anyhow::Result<()> {
 // ---------------------------------------------------------------------------
 // 1. Prompt round trip over stdio
 // ---------------------------------------------------------------------------
-
-/// Where the `berth` binary is: `$BERTH_BIN`, else the workspace's release build.
-fn berth_binary() -> anyhow::Result<PathBuf> {
-    if let Some(bin) = std::env::var_os("BERTH_BIN") {
-        let path = PathBuf::from(bin);
-        if !path.is_file() {
-            bail!(
-                "BERTH_BIN points at {}, which is not a file: unset it to use the \
-                 workspace build, or point it at a built `berth` binary",
-                path.display()
-            );
-        }
-        return Ok(path);
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .context("the conformance crate has no parent directory")?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"));
-    let path = target.join("release").join("berth");
-    if !path.is_file() {
-        bail!(
-            "the berth binary is missing at {}: build it first with \
-             `cargo build --release --bin berth` (or set BERTH_BIN to a built binary, \
-             or pass --skip-stdio --skip-suspend)",
-            path.display()
-        );
-    }
-    Ok(path)
-}
 
 /// Notifications seen on the connection, tallied by journaled event.
 #[derive(Debug, Default)]
@@ -457,18 +413,6 @@ fn spawn_berth(
     let stdin = child.stdin.take().context("child stdin was not piped")?;
     let stdout = child.stdout.take().context("child stdout was not piped")?;
     Ok((child, stdin, stdout))
-}
-
-/// The last lines berth wrote to its stderr file, for error messages.
-fn stderr_tail(stderr_path: &Path) -> String {
-    let text = std::fs::read_to_string(stderr_path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
-    if tail.is_empty() {
-        "(berth wrote nothing to stderr)".into()
-    } else {
-        format!("berth stderr (last lines):\n{tail}")
-    }
 }
 
 /// A `berth serve` child spoken to over ACP on its stdio.
@@ -764,18 +708,6 @@ fn transcript_size(data_dir: &Path, session_id: &str) -> Option<(usize, usize)> 
     let messages = journal.transcript(&SessionId(session_id.to_owned())).ok()?;
     let bytes = serde_json::to_vec(&messages).ok()?.len();
     Some((messages.len(), bytes))
-}
-
-/// CPU time (ns) the live threads of process `pid` have run, summed from
-/// `/proc/<pid>/task/*/schedstat`; `None` where /proc does not report it.
-/// Threads that already exited are not counted.
-fn cpu_ns(pid: u32) -> Option<u64> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-        let text = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
-        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(total)
 }
 
 /// One timed `session/prompt` round trip; returns its latency and turn id.
@@ -1189,45 +1121,6 @@ fn suspend_script() -> String {
          match = \"{PARK_MATCH}\"\n\
          steps = [\n  {{ tool_call = {{ name = \"shell\", arguments = {{ command = \"cat '{{cwd}}/{{input}}.fifo' > /dev/null\", timeout_ms = 60000 }} }} }},\n  {{ text = \"done\" }},\n]\n"
     )
-}
-
-/// A frame from berth, classified.
-enum Frame<'a> {
-    /// A response: its id and `result` (or `error`).
-    Response(u64, Result<&'a Value, &'a Value>),
-    /// A notification: its session and kind (the `session/update` variant,
-    /// or the agent event's `type`).
-    Note(&'a str, &'a str),
-}
-
-fn classify_frame(frame: &Value) -> anyhow::Result<Frame<'_>> {
-    match (frame.get("method"), frame.get("id")) {
-        (Some(_), Some(_)) => bail!("berth sent a request the benchmark cannot answer: {frame}"),
-        (Some(method), None) => {
-            let params = &frame["params"];
-            let kind = match method.as_str() {
-                Some("session/update") => params["update"]["sessionUpdate"].as_str(),
-                _ => params["type"].as_str(),
-            };
-            Ok(Frame::Note(
-                params["sessionId"].as_str().unwrap_or(""),
-                kind.unwrap_or(""),
-            ))
-        }
-        (None, Some(id)) => {
-            let id = id
-                .as_u64()
-                .with_context(|| format!("a response with a non-numeric id: {frame}"))?;
-            Ok(Frame::Response(
-                id,
-                match frame.get("error") {
-                    Some(error) => Err(error),
-                    None => Ok(&frame["result"]),
-                },
-            ))
-        }
-        (None, None) => bail!("berth sent a frame that is neither request nor response: {frame}"),
-    }
 }
 
 /// A `berth serve` child whose stdout is read by its own task, which stamps

@@ -133,6 +133,8 @@
 //! (`/proc/loadavg`) is printed before and after. The last line of output is
 //! a one-line JSON summary of everything printed.
 
+use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, stderr_tail};
+use berth_conformance::wire::{classify_frame, Frame};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -263,21 +265,6 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// The 1-, 5- and 15-minute load averages, when the OS reports them.
-fn load_average() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    Some(
-        text.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
-    )
-}
-
 async fn run(args: &Args) -> anyhow::Result<()> {
     if !(args.timeout_secs > 0.0 && args.timeout_secs.is_finite()) {
         bail!("--timeout-secs must be a positive number of seconds");
@@ -291,7 +278,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     let wants_bin = (!args.skip_wire && args.sessions > 0)
         || (!args.skip_scale && !args.skip_restart && args.timers > 0);
     let bin = if wants_bin {
-        match berth_binary() {
+        match berth_binary("--skip-wire --skip-restart") {
             Ok(bin) => Some(bin),
             Err(e) if args.skip_wire || args.sessions == 0 => {
                 eprintln!("note: {e:#}\nnote: skipping the restart of the real binary");
@@ -330,60 +317,6 @@ async fn run(args: &Args) -> anyhow::Result<()> {
 // ---------------------------------------------------------------------------
 // Shared helpers
 // ---------------------------------------------------------------------------
-
-/// Where the `berth` binary is: `$BERTH_BIN`, else the workspace's release build.
-fn berth_binary() -> anyhow::Result<PathBuf> {
-    if let Some(bin) = std::env::var_os("BERTH_BIN") {
-        let path = PathBuf::from(bin);
-        if !path.is_file() {
-            bail!(
-                "BERTH_BIN points at {}, which is not a file: unset it to use the \
-                 workspace build, or point it at a built `berth` binary",
-                path.display()
-            );
-        }
-        return Ok(path);
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .context("the conformance crate has no parent directory")?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"));
-    let path = target.join("release").join("berth");
-    if !path.is_file() {
-        bail!(
-            "the berth binary is missing at {}: build it first with \
-             `cargo build --release --bin berth` (or set BERTH_BIN to a built binary, \
-             or pass --skip-wire --skip-restart)",
-            path.display()
-        );
-    }
-    Ok(path)
-}
-
-/// The last lines berth wrote to its stderr file, for error messages.
-fn stderr_tail(stderr_path: &Path) -> String {
-    let text = std::fs::read_to_string(stderr_path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
-    if tail.is_empty() {
-        "(berth wrote nothing to stderr)".into()
-    } else {
-        format!("berth stderr (last lines):\n{tail}")
-    }
-}
-
-/// CPU time (ns) the live threads of process `pid` have run, summed from
-/// `/proc/<pid>/task/*/schedstat`; `None` where /proc does not report it.
-fn cpu_ns(pid: u32) -> Option<u64> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-        let text = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
-        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(total)
-}
 
 /// `VmRSS` and `VmHWM` (bytes) from a `/proc/<…>/status` file.
 #[derive(Debug, Clone, Copy, Default)]
@@ -644,45 +577,6 @@ impl AcpPipe {
             }
         }
         Ok(())
-    }
-}
-
-/// A frame from berth, classified.
-enum Frame<'a> {
-    /// A response: its id and `result` (or `error`).
-    Response(u64, Result<&'a Value, &'a Value>),
-    /// A notification: its session and kind (the `session/update` variant,
-    /// or the agent event's `type`).
-    Note(&'a str, &'a str),
-}
-
-fn classify_frame(frame: &Value) -> anyhow::Result<Frame<'_>> {
-    match (frame.get("method"), frame.get("id")) {
-        (Some(_), Some(_)) => bail!("berth sent a request the benchmark cannot answer: {frame}"),
-        (Some(method), None) => {
-            let params = &frame["params"];
-            let kind = match method.as_str() {
-                Some("session/update") => params["update"]["sessionUpdate"].as_str(),
-                _ => params["type"].as_str(),
-            };
-            Ok(Frame::Note(
-                params["sessionId"].as_str().unwrap_or(""),
-                kind.unwrap_or(""),
-            ))
-        }
-        (None, Some(id)) => {
-            let id = id
-                .as_u64()
-                .with_context(|| format!("a response with a non-numeric id: {frame}"))?;
-            Ok(Frame::Response(
-                id,
-                match frame.get("error") {
-                    Some(error) => Err(error),
-                    None => Ok(&frame["result"]),
-                },
-            ))
-        }
-        (None, None) => bail!("berth sent a frame that is neither request nor response: {frame}"),
     }
 }
 
