@@ -6,6 +6,7 @@
 //! model = "scripted"               # scripted | scripted:PATH | openai:MODEL
 //! max_model_calls = 50             # per turn
 //! quick_repair = false             # redb quick-repair (faster crash recovery, slower commits)
+//! journal_cache_mib = 256          # redb page cache (MiB); counts towards RSS
 //!
 //! [[budgets]]                      # budget policies; a breach suspends the session
 //! label = "fleet"                  # only sessions with this label (omit: all)
@@ -90,6 +91,7 @@ pub struct FileConfig {
     model: Option<String>,
     max_model_calls: Option<u32>,
     quick_repair: Option<bool>,
+    journal_cache_mib: Option<u32>,
     completion_judge: Option<bool>,
     require_approval: Option<Vec<String>>,
     #[serde(default)]
@@ -110,6 +112,7 @@ pub struct Settings {
     pub model: Arc<dyn ModelProvider>,
     pub max_model_calls: u32,
     pub quick_repair: bool,
+    pub journal_cache_bytes: usize,
     pub completion_judge: bool,
     pub require_approval: Vec<String>,
     pub acp: ServeOptions,
@@ -171,6 +174,11 @@ impl FileConfig {
             model,
             max_model_calls: self.max_model_calls.unwrap_or(50).max(1),
             quick_repair: self.quick_repair.unwrap_or(false),
+            journal_cache_bytes: self
+                .journal_cache_mib
+                .map_or(berth_storage::DEFAULT_CACHE_BYTES, |mib| {
+                    (mib.max(1) as usize) << 20
+                }),
             completion_judge: self.completion_judge.unwrap_or(false),
             require_approval: if args.require_approval.is_empty() {
                 self.require_approval.unwrap_or_default()

@@ -234,6 +234,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut node_config = NodeConfig::new(&settings.data_dir, settings.model);
     node_config.max_model_calls = settings.max_model_calls;
     node_config.quick_repair = settings.quick_repair;
+    node_config.journal_cache_bytes = settings.journal_cache_bytes;
     node_config.needs_approval = settings.require_approval;
     node_config.budgets = settings.budgets;
     node_config.prices = settings.prices;

@@ -24,6 +24,9 @@ pub struct NodeConfig {
     pub max_model_calls: u32,
     /// redb quick-repair (see `berth_storage::JournalOptions`).
     pub quick_repair: bool,
+    /// redb page cache in bytes (see `berth_storage::JournalOptions`;
+    /// default 256 MiB).
+    pub journal_cache_bytes: usize,
     /// Time source.
     pub clock: Arc<dyn Clock>,
     /// Id source.
@@ -50,6 +53,7 @@ impl NodeConfig {
             tools: ToolSet::builtin(),
             max_model_calls: 50,
             quick_repair: false,
+            journal_cache_bytes: berth_storage::DEFAULT_CACHE_BYTES,
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
             completion_judge: None,

@@ -19,7 +19,7 @@ use berth_runtime::suspension::{
 };
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind};
 use berth_runtime::tools::ProcessLedger;
-use berth_scheduler::{Fired, Firing, Scheduler};
+use berth_scheduler::{Due, Entry, Fired, Firing, Scheduler};
 use berth_storage::{Batch, Journal, JournalOptions, SessionRecord};
 use chrono::{DateTime, Utc};
 use ractor::rpc::CallResult;
@@ -36,6 +36,8 @@ use crate::watch::Watcher;
 
 /// Largest event payload accepted (bytes of its JSON).
 pub const MAX_EVENT_BYTES: usize = 64 * 1024;
+/// Wake-ups handed to the scheduler per command at start-up.
+const ARM_CHUNK: usize = 4096;
 /// `meta` counter: the last external event whose matches were resumed.
 const EVENTS_MATCHED: &str = "events_matched";
 
@@ -300,6 +302,7 @@ impl Node {
             &config.data_dir.join("journal.redb"),
             JournalOptions {
                 quick_repair: config.quick_repair,
+                cache_bytes: config.journal_cache_bytes,
             },
         )?;
         let processes = ProcessLedger::open(&config.data_dir.join("processes")).map_err(|e| {
@@ -341,14 +344,17 @@ impl Node {
         };
         // Every parked session's wake-up (including those just completed
         // from a crash); overdue ones fire at once, late.
-        let wakeups = node.env.journal.wakeups()?;
-        tracing::info!(
-            count = wakeups.len(),
-            "armed the wake-ups of parked sessions"
-        );
-        for wakeup in wakeups {
-            node.env.scheduler.arm(wakeup);
-        }
+        // They are streamed: only each one's compact entry is kept.
+        let mut entries = Vec::with_capacity(ARM_CHUNK);
+        let count = node.env.journal.for_each_wakeup(|wakeup| {
+            entries.push(Entry::of(&wakeup));
+            if entries.len() == ARM_CHUNK {
+                let chunk = std::mem::replace(&mut entries, Vec::with_capacity(ARM_CHUNK));
+                node.env.scheduler.arm_all(chunk);
+            }
+        })?;
+        node.env.scheduler.arm_all(entries);
+        tracing::info!(count, "armed the wake-ups of parked sessions");
         node.arm_schedules().await?;
         node.spawn_firing(firings);
         node.match_unmatched_events().await?;
@@ -543,7 +549,7 @@ impl Node {
                 };
                 tokio::spawn(async move {
                     match firing {
-                        Fired::Wakeup(firing) => node.fire(*firing).await,
+                        Fired::Wakeup(due) => node.fire_due(&due).await,
                         Fired::Schedule {
                             schedule_id,
                             due,
@@ -553,6 +559,23 @@ impl Node {
                 });
             }
         });
+    }
+
+    /// Resolves a due entry against the session's journaled wake-up and
+    /// fires it; a stale entry (the suspension was resumed or replaced) is
+    /// dropped.
+    async fn fire_due(&self, due: &Due) {
+        match self.env.journal.wakeup(&due.session_id) {
+            Ok(wakeup) => match Firing::resolve(due, wakeup) {
+                Some(firing) => self.fire(firing).await,
+                None => {
+                    tracing::debug!(session_id = %due.session_id, "a stale wake-up entry was dropped")
+                }
+            },
+            Err(e) => {
+                tracing::error!(session_id = %due.session_id, error = %e, "could not read a due wake-up; it fires at the next start")
+            }
+        }
     }
 
     /// Fires one wake-up through the same one-time claim as an explicit
@@ -697,10 +720,18 @@ impl Node {
         event: &ExternalEvent,
     ) -> Result<Vec<EventWake>, ControlError> {
         let mut woke = Vec::new();
-        for wakeup in self.env.scheduler.matching(event.clone()).await {
+        for session_id in self.env.scheduler.candidates(&event.name).await {
+            let wakeup = match self.env.journal.wakeup(&session_id) {
+                Ok(Some(w)) if w.matches_event(&event.name, &event.data, event.received_at) => w,
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::error!(%session_id, error = %e, "could not read a wake-up an event may match");
+                    continue;
+                }
+            };
             let result = self
                 .resume_condition(
-                    &wakeup.session_id,
+                    &session_id,
                     ResumeParams {
                         handle: Some(wakeup.handle.clone()),
                         // An event without data resumes without input.
@@ -712,8 +743,12 @@ impl Node {
                     },
                 )
                 .await;
+            // Another event, a timer or a client resumed it first.
+            if matches!(result, Err(ControlError::ResumeConflict { .. })) {
+                continue;
+            }
             woke.push(EventWake {
-                session_id: wakeup.session_id,
+                session_id,
                 handle: wakeup.handle,
                 resumed: result.is_ok(),
             });

@@ -1,49 +1,92 @@
 //! # berth-scheduler
 //!
-//! One task owns every pending wake-up of the node's parked sessions
-//! (DESIGN.md, "The scheduler"). It holds, per parked session, the compact
-//! [`Wakeup`] the journal stores beside the suspension, keeps the due ones in
-//! time order (a `BTreeSet` of `(due ms, session)`: firing never scans), and
-//! indexes `onEvent` / event-trigger patterns by exact name (trailing-`*`
-//! patterns are kept apart and checked per event).
+//! One thread owns every pending wake-up of the node's parked sessions
+//! (DESIGN.md, "The scheduler"). Per pending wake-up it holds only the due
+//! time and the session (about 100 bytes: a million pending timers fit in
+//! about 100 MiB), in time order (a `BTreeSet` of `(due ms, session)`: firing
+//! pops from the front, never scans), plus an index of the event-name
+//! patterns that parked sessions wait on (exact names in a hash map;
+//! trailing-`*` patterns apart, checked per event). What a wake-up does (the
+//! timeout's action and input, an event filter) stays in the journal's
+//! `wakeups` row and is read when it fires: [`Firing::resolve`].
+//!
+//! It runs on its own OS thread, not on the async runtime, so that a busy
+//! runtime (thousands of turns, a burst of suspends) does not delay a due
+//! wake-up: the thread sleeps until the earliest due time (or a command) and
+//! hands the due entry out at once.
 //!
 //! It decides nothing durable itself: a due wake-up is handed out as a
-//! [`Firing`] on the channel [`Scheduler::start`] returns, and the node turns
+//! [`Fired`] on the channel [`Scheduler::start`] returns, and the node turns
 //! it into a resume claim — the same one-time claim as an explicit
 //! `session/resume`, so a timer, an event and a client racing produce one
 //! resumption. A wake-up fires at most once per arming; it is re-armed from
-//! the journal at the next start if its suspension is still there.
+//! the journal at the next start if its suspension is still there. An entry
+//! whose suspension went away without being disarmed (a stale entry) is
+//! harmless: [`Firing::resolve`] finds no matching wake-up in the journal.
 
 #![warn(missing_docs)]
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+mod armed;
+
+use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use berth_runtime::clock::Clock;
 use berth_runtime::ids::SessionId;
-use berth_runtime::suspension::{DueKind, ExternalEvent, Wakeup};
+use berth_runtime::suspension::{DueKind, Wakeup};
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
-/// A wake-up that is due.
+pub use armed::Entry;
+use armed::{due_ms, Armed, Key};
+
+/// A wake-up that is due, resolved against its journaled row.
 #[derive(Debug, Clone)]
 pub struct Firing {
-    /// What fired (removed from the scheduler).
+    /// What fired.
     pub wakeup: Wakeup,
     /// The timeout or a time trigger.
     pub kind: DueKind,
     /// When it was due.
     pub due: DateTime<Utc>,
-    /// How late it fires (ms after `due`; large after a restart).
+    /// How late the scheduler handed it out (ms after `due`; large after a
+    /// restart).
+    pub lateness_ms: u64,
+}
+
+impl Firing {
+    /// Pairs a due entry with the session's journaled wake-up. `None` when
+    /// that wake-up is gone or is no longer due at `due.due_ms` (the entry
+    /// was stale: the suspension was resumed, or replaced by a later one).
+    pub fn resolve(due: &Due, wakeup: Option<Wakeup>) -> Option<Self> {
+        let wakeup = wakeup?;
+        let (at, kind) = wakeup.next_due()?;
+        (due_ms(at) == due.due_ms && wakeup.session_id == due.session_id).then_some(Self {
+            wakeup,
+            kind,
+            due: at,
+            lateness_ms: due.lateness_ms,
+        })
+    }
+}
+
+/// A session's wake-up that came due (what [`Fired::Wakeup`] carries).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    /// The parked session.
+    pub session_id: SessionId,
+    /// The due time it was armed for (ms since the epoch, rounded up).
+    pub due_ms: i64,
+    /// How late it was handed out (ms after `due_ms`).
     pub lateness_ms: u64,
 }
 
 /// Something the scheduler hands out when it is due.
 #[derive(Debug, Clone)]
 pub enum Fired {
-    /// A parked session's wake-up.
-    Wakeup(Box<Firing>),
+    /// A parked session's wake-up; resolve it with [`Firing::resolve`].
+    Wakeup(Due),
     /// A standing schedule's run (the node re-arms its next run).
     Schedule {
         /// The schedule.
@@ -55,78 +98,78 @@ pub enum Fired {
     },
 }
 
-/// What a due entry is.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Key {
-    Session(SessionId),
-    Schedule(String),
-}
-
 enum Command {
-    Arm(Box<Wakeup>),
-    ArmSchedule(String, DateTime<Utc>),
-    DisarmSchedule(String),
-    Disarm(SessionId),
-    Match {
-        event: Box<ExternalEvent>,
-        reply: oneshot::Sender<Vec<Wakeup>>,
-    },
+    Arm(Vec<Entry>),
+    Disarm(Entry),
+    ArmSchedule(Box<str>, i64),
+    DisarmSchedule(Box<str>),
+    Candidates(String, oneshot::Sender<Vec<SessionId>>),
     Len(oneshot::Sender<usize>),
 }
 
-/// Handle to the scheduler task. Cheap to clone; the task ends when every
+/// Handle to the scheduler thread. Cheap to clone; the thread ends when every
 /// handle is dropped.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
-    tx: mpsc::UnboundedSender<Command>,
+    tx: std_mpsc::Sender<Command>,
 }
 
 impl Scheduler {
-    /// Starts the task. Due wake-ups and schedule runs are sent on the
+    /// Starts the thread. Due wake-ups and schedule runs are sent on the
     /// returned channel.
+    ///
+    /// # Panics
+    /// If the OS cannot start a thread.
     pub fn start(clock: Arc<dyn Clock>) -> (Self, mpsc::UnboundedReceiver<Fired>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = std_mpsc::channel();
         let (fired, firings) = mpsc::unbounded_channel();
-        tokio::spawn(run(clock, rx, fired));
+        std::thread::Builder::new()
+            .name("berth-scheduler".into())
+            .spawn(move || run(&*clock, &rx, &fired))
+            .expect("spawn the scheduler thread");
         (Self { tx }, firings)
     }
 
-    /// Arms (or re-arms, replacing) the wake-up of `wakeup.session_id`.
-    pub fn arm(&self, wakeup: Wakeup) {
-        let _ = self.tx.send(Command::Arm(Box::new(wakeup)));
+    /// Arms the wake-up of `wakeup.session_id` (its due time and event
+    /// patterns). Arming the same wake-up twice is harmless.
+    pub fn arm(&self, wakeup: &Wakeup) {
+        let _ = self.tx.send(Command::Arm(vec![Entry::of(wakeup)]));
+    }
+
+    /// Arms many wake-ups in one command (start-up).
+    pub fn arm_all(&self, entries: Vec<Entry>) {
+        let _ = self.tx.send(Command::Arm(entries));
+    }
+
+    /// Drops `wakeup` (its suspension was used up). Give the wake-up the
+    /// suspension armed: its due time finds the entry without a scan.
+    pub fn disarm(&self, wakeup: &Wakeup) {
+        let _ = self.tx.send(Command::Disarm(Entry::of(wakeup)));
     }
 
     /// Arms (or moves) a schedule's next run.
     pub fn arm_schedule(&self, schedule_id: &str, due: DateTime<Utc>) {
         let _ = self
             .tx
-            .send(Command::ArmSchedule(schedule_id.to_owned(), due));
+            .send(Command::ArmSchedule(schedule_id.into(), due_ms(due)));
     }
 
     /// Drops a schedule's pending run (paused or deleted).
     pub fn disarm_schedule(&self, schedule_id: &str) {
-        let _ = self
-            .tx
-            .send(Command::DisarmSchedule(schedule_id.to_owned()));
+        let _ = self.tx.send(Command::DisarmSchedule(schedule_id.into()));
     }
 
-    /// Drops the session's wake-up (its suspension was used up).
-    pub fn disarm(&self, session_id: &SessionId) {
-        let _ = self.tx.send(Command::Disarm(session_id.clone()));
-    }
-
-    /// The wake-ups `event` wakes, removed from the scheduler (the caller
-    /// claims them). Empty when the scheduler is gone.
-    pub async fn matching(&self, event: ExternalEvent) -> Vec<Wakeup> {
+    /// The parked sessions with an event pattern matching `name`, sorted.
+    /// Whether each wakes also depends on its wake-up's filter and
+    /// suspension time ([`Wakeup::matches_event`]), which the caller checks
+    /// against the journal before claiming. Empty when the scheduler is gone.
+    pub async fn candidates(&self, name: &str) -> Vec<SessionId> {
         let (reply, answer) = oneshot::channel();
-        let _ = self.tx.send(Command::Match {
-            event: Box::new(event),
-            reply,
-        });
+        let _ = self.tx.send(Command::Candidates(name.to_owned(), reply));
         answer.await.unwrap_or_default()
     }
 
-    /// How many wake-ups are armed.
+    /// How many sessions' wake-ups are armed with a due time.
     pub async fn armed(&self) -> usize {
         let (reply, answer) = oneshot::channel();
         let _ = self.tx.send(Command::Len(reply));
@@ -134,181 +177,78 @@ impl Scheduler {
     }
 }
 
-/// A due time in whole milliseconds, rounded up, so that nothing fires
-/// before it is due (the clock is read in truncated milliseconds).
-fn due_ms(due: DateTime<Utc>) -> i64 {
-    due.timestamp_millis() + i64::from(!due.timestamp_subsec_nanos().is_multiple_of(1_000_000))
+/// Nanoseconds since the epoch on `clock` (saturating).
+fn now_ns(clock: &dyn Clock) -> i64 {
+    clock.now().timestamp_nanos_opt().unwrap_or(i64::MAX)
 }
 
-/// The scheduler's state.
-#[derive(Default)]
-struct Armed {
-    by_session: HashMap<SessionId, Wakeup>,
-    schedules: HashMap<String, i64>,
-    due: BTreeSet<(i64, Key)>,
-    exact: HashMap<String, HashSet<SessionId>>,
-    prefixed: HashMap<SessionId, Vec<String>>,
-}
-
-impl Armed {
-    fn patterns(wakeup: &Wakeup) -> impl Iterator<Item = &String> {
-        wakeup
-            .on_event
-            .iter()
-            .chain(wakeup.trigger_event.iter().map(|(p, _)| p))
-    }
-
-    fn insert(&mut self, wakeup: Wakeup) {
-        self.remove(&wakeup.session_id);
-        let id = wakeup.session_id.clone();
-        if let Some((due, _)) = wakeup.next_due() {
-            self.due.insert((due_ms(due), Key::Session(id.clone())));
-        }
-        for pattern in Self::patterns(&wakeup) {
-            if pattern.ends_with('*') {
-                self.prefixed
-                    .entry(id.clone())
-                    .or_default()
-                    .push(pattern.clone());
-            } else {
-                self.exact
-                    .entry(pattern.clone())
-                    .or_default()
-                    .insert(id.clone());
-            }
-        }
-        self.by_session.insert(id, wakeup);
-    }
-
-    fn remove(&mut self, id: &SessionId) -> Option<Wakeup> {
-        let wakeup = self.by_session.remove(id)?;
-        if let Some((due, _)) = wakeup.next_due() {
-            self.due.remove(&(due_ms(due), Key::Session(id.clone())));
-        }
-        for pattern in Self::patterns(&wakeup) {
-            if let Some(set) = self.exact.get_mut(pattern) {
-                set.remove(id);
-                if set.is_empty() {
-                    self.exact.remove(pattern);
-                }
-            }
-        }
-        self.prefixed.remove(id);
-        Some(wakeup)
-    }
-
-    fn matching(&mut self, event: &ExternalEvent) -> Vec<Wakeup> {
-        let mut candidates: Vec<SessionId> = self
-            .exact
-            .get(&event.name)
-            .map(|set| set.iter().cloned().collect())
-            .unwrap_or_default();
-        candidates.extend(
-            self.prefixed
-                .iter()
-                .filter(|(_, patterns)| {
-                    patterns
-                        .iter()
-                        .any(|p| event.name.starts_with(p.trim_end_matches('*')))
-                })
-                .map(|(id, _)| id.clone()),
-        );
-        candidates.sort();
-        candidates.dedup();
-        candidates.retain(|id| {
-            self.by_session
-                .get(id)
-                .is_some_and(|w| w.matches_event(&event.name, &event.data, event.received_at))
-        });
-        candidates
-            .into_iter()
-            .filter_map(|id| self.remove(&id))
-            .collect()
-    }
-
-    fn arm_schedule(&mut self, id: String, due_ms: i64) {
-        self.disarm_schedule(&id);
-        self.due.insert((due_ms, Key::Schedule(id.clone())));
-        self.schedules.insert(id, due_ms);
-    }
-
-    fn disarm_schedule(&mut self, id: &str) -> Option<i64> {
-        let due_ms = self.schedules.remove(id)?;
-        self.due.remove(&(due_ms, Key::Schedule(id.to_owned())));
-        Some(due_ms)
-    }
-
-    fn next_due_ms(&self) -> Option<i64> {
-        self.due.first().map(|(ms, _)| *ms)
-    }
-}
-
-async fn run(
-    clock: Arc<dyn Clock>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-    fired: mpsc::UnboundedSender<Fired>,
+fn run(
+    clock: &dyn Clock,
+    commands: &std_mpsc::Receiver<Command>,
+    fired: &mpsc::UnboundedSender<Fired>,
 ) {
     let mut armed = Armed::default();
     loop {
-        let now_ms = clock.now().timestamp_millis();
+        let now = now_ns(clock);
+        let now_ms = now.div_euclid(1_000_000);
         // Everything due fires now, earliest first.
-        while let Some(due_ms) = armed.next_due_ms().filter(|ms| *ms <= now_ms) {
-            let Some((_, key)) = armed.due.first().cloned() else {
-                break;
-            };
+        while let Some((due_ms, key)) = armed.pop_due(now_ms) {
             let lateness_ms = u64::try_from(now_ms - due_ms).unwrap_or(0);
-            match key {
-                Key::Session(id) => {
-                    let Some(wakeup) = armed.remove(&id) else {
-                        continue;
-                    };
-                    let Some((due, kind)) = wakeup.next_due() else {
-                        continue;
-                    };
-                    let _ = fired.send(Fired::Wakeup(Box::new(Firing {
-                        wakeup,
-                        kind,
-                        due,
-                        lateness_ms,
-                    })));
-                }
-                Key::Schedule(schedule_id) => {
-                    armed.disarm_schedule(&schedule_id);
-                    let due = DateTime::from_timestamp_millis(due_ms).unwrap_or_default();
-                    let _ = fired.send(Fired::Schedule {
-                        schedule_id,
-                        due,
-                        lateness_ms,
-                    });
-                }
+            let out = match key {
+                Key::Session(id) => Fired::Wakeup(Due {
+                    session_id: SessionId::from(&*id),
+                    due_ms,
+                    lateness_ms,
+                }),
+                Key::Schedule(id) => Fired::Schedule {
+                    schedule_id: id.into(),
+                    due: DateTime::from_timestamp_millis(due_ms).unwrap_or_default(),
+                    lateness_ms,
+                },
+            };
+            if fired.send(out).is_err() {
+                return;
             }
         }
-        let sleep = armed
-            .next_due_ms()
-            .map(|ms| Duration::from_millis(u64::try_from(ms - now_ms).unwrap_or(0).max(1)));
-        let command = match sleep {
-            Some(wait) => match tokio::time::timeout(wait, commands.recv()).await {
+        let command = match armed.next_due_ms() {
+            Some(ms) => {
+                let wait_ns = ms.saturating_mul(1_000_000).saturating_sub(now).max(0);
+                match commands.recv_timeout(Duration::from_nanos(wait_ns.unsigned_abs())) {
+                    Ok(command) => command,
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => continue,
+                    Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            }
+            None => match commands.recv() {
                 Ok(command) => command,
-                Err(_) => continue,
+                Err(_) => return,
             },
-            None => commands.recv().await,
         };
-        match command {
-            None => return,
-            Some(Command::Arm(wakeup)) => armed.insert(*wakeup),
-            Some(Command::ArmSchedule(id, due)) => armed.arm_schedule(id, due_ms(due)),
-            Some(Command::DisarmSchedule(id)) => {
-                armed.disarm_schedule(&id);
-            }
-            Some(Command::Disarm(id)) => {
-                armed.remove(&id);
-            }
-            Some(Command::Match { event, reply }) => {
-                let _ = reply.send(armed.matching(&event));
-            }
-            Some(Command::Len(reply)) => {
-                let _ = reply.send(armed.by_session.len());
-            }
+        apply(&mut armed, command);
+        // Apply what else is queued before looking at the clock again.
+        while let Ok(command) = commands.try_recv() {
+            apply(&mut armed, command);
+        }
+    }
+}
+
+fn apply(armed: &mut Armed, command: Command) {
+    match command {
+        Command::Arm(entries) => entries.into_iter().for_each(|e| armed.insert(e)),
+        Command::Disarm(entry) => armed.remove(&entry),
+        Command::ArmSchedule(id, due) => armed.arm_schedule(id, due),
+        Command::DisarmSchedule(id) => armed.disarm_schedule(&id),
+        Command::Candidates(name, reply) => {
+            let _ = reply.send(
+                armed
+                    .candidates(&name)
+                    .into_iter()
+                    .map(|id| SessionId::from(&*id))
+                    .collect(),
+            );
+        }
+        Command::Len(reply) => {
+            let _ = reply.send(armed.sessions);
         }
     }
 }
@@ -317,7 +257,6 @@ async fn run(
 mod tests {
     use super::*;
     use berth_runtime::clock::SystemClock;
-    use serde_json::json;
 
     fn wakeup(id: &str, due_in_ms: i64, on_event: Option<&str>) -> Wakeup {
         let now = Utc::now();
@@ -333,22 +272,31 @@ mod tests {
         }
     }
 
+    fn due(fired: Option<Fired>) -> Due {
+        match fired {
+            Some(Fired::Wakeup(due)) => due,
+            other => panic!("expected a wake-up, got {other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn fires_in_due_order_once_and_disarm_cancels() {
         let (s, mut fired) = Scheduler::start(Arc::new(SystemClock));
-        s.arm(wakeup("b", 60, None));
-        s.arm(wakeup("a", 20, None));
-        s.arm(wakeup("c", 40, None));
-        s.disarm(&SessionId::from("c"));
-        let wakeup = |f: Option<Fired>| match f {
-            Some(Fired::Wakeup(f)) => *f,
-            other => panic!("expected a wake-up, got {other:?}"),
-        };
-        let first = wakeup(fired.recv().await);
-        let second = wakeup(fired.recv().await);
-        assert_eq!(first.wakeup.session_id.as_str(), "a");
-        assert_eq!(second.wakeup.session_id.as_str(), "b");
-        assert_eq!(first.kind, DueKind::Timeout);
+        let (a, b, c) = (
+            wakeup("a", 20, None),
+            wakeup("b", 60, None),
+            wakeup("c", 40, None),
+        );
+        s.arm(&b);
+        s.arm(&a);
+        s.arm(&c);
+        s.disarm(&c);
+        let first = due(fired.recv().await);
+        let second = due(fired.recv().await);
+        assert_eq!(first.session_id.as_str(), "a");
+        assert_eq!(second.session_id.as_str(), "b");
+        let firing = Firing::resolve(&first, Some(a)).expect("the journaled wake-up matches");
+        assert_eq!(firing.kind, DueKind::Timeout);
         assert_eq!(s.armed().await, 0);
         assert!(
             tokio::time::timeout(Duration::from_millis(100), fired.recv())
@@ -359,14 +307,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_stale_entry_resolves_to_nothing() {
+        let (s, mut fired) = Scheduler::start(Arc::new(SystemClock));
+        let old = wakeup("s", 10, None);
+        s.arm(&old);
+        let entry = due(fired.recv().await);
+        // The journal now holds a later suspension of the same session.
+        let newer = wakeup("s", 60_000, None);
+        assert!(Firing::resolve(&entry, Some(newer)).is_none());
+        assert!(Firing::resolve(&entry, None).is_none());
+        assert!(Firing::resolve(&entry, Some(old)).is_some());
+    }
+
+    #[tokio::test]
     async fn overdue_wakeups_fire_at_once_with_their_lateness() {
         let (s, mut fired) = Scheduler::start(Arc::new(SystemClock));
         let mut late = wakeup("late", 0, None);
         late.timeout_at = Some(Utc::now() - chrono::Duration::seconds(5));
-        s.arm(late);
-        let Some(Fired::Wakeup(firing)) = fired.recv().await else {
-            panic!("expected a wake-up");
-        };
+        s.arm_all(vec![Entry::of(&late)]);
+        let firing = due(fired.recv().await);
         // Lateness counts from the due time rounded up to the millisecond.
         assert!(firing.lateness_ms >= 4_999, "{}", firing.lateness_ms);
         // Schedules share the due order; a moved schedule fires once.
@@ -384,30 +343,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn events_match_exact_and_prefix_patterns_once() {
+    async fn events_find_exact_and_prefix_candidates_until_disarmed() {
         let (s, _fired) = Scheduler::start(Arc::new(SystemClock));
-        s.arm(wakeup("exact", -1, Some("ci.passed")));
-        s.arm(wakeup("prefix", -1, Some("ci.*")));
-        s.arm(wakeup("other", -1, Some("deploy.done")));
-        let event = |name: &str| ExternalEvent {
-            name: name.into(),
-            data: json!({}),
-            received_at: Utc::now(),
-            source: "test".into(),
-        };
-        let mut woke: Vec<_> = s
-            .matching(event("ci.passed"))
-            .await
-            .into_iter()
-            .map(|w| w.session_id.0)
-            .collect();
-        woke.sort();
-        assert_eq!(woke, ["exact", "prefix"]);
-        assert!(s.matching(event("ci.passed")).await.is_empty());
-        assert_eq!(s.armed().await, 1);
-        // An event received before the suspension does not wake it.
-        let mut old = event("deploy.done");
-        old.received_at = Utc::now() - chrono::Duration::seconds(60);
-        assert!(s.matching(old).await.is_empty());
+        let exact = wakeup("exact", -1, Some("ci.passed"));
+        let prefix = wakeup("prefix", -1, Some("ci.*"));
+        s.arm(&exact);
+        s.arm(&prefix);
+        s.arm(&wakeup("other", -1, Some("deploy.done")));
+        let ids = |v: Vec<SessionId>| v.into_iter().map(|id| id.0).collect::<Vec<_>>();
+        assert_eq!(ids(s.candidates("ci.passed").await), ["exact", "prefix"]);
+        assert_eq!(ids(s.candidates("ci.failed").await), ["prefix"]);
+        assert!(s.candidates("deploy").await.is_empty());
+        s.disarm(&exact);
+        s.disarm(&prefix);
+        assert!(s.candidates("ci.passed").await.is_empty());
+        assert_eq!(ids(s.candidates("deploy.done").await), ["other"]);
+        // Only due times count as armed.
+        assert_eq!(s.armed().await, 0);
     }
 }

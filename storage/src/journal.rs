@@ -21,13 +21,30 @@ use crate::tables::{
 };
 use crate::writer::{self, Request};
 
-/// How the journal commits.
-#[derive(Debug, Clone, Copy, Default)]
+/// How the journal commits and caches.
+#[derive(Debug, Clone, Copy)]
 pub struct JournalOptions {
     /// redb quick-repair: each commit also persists allocator state so that
     /// opening after a crash needs no repair scan (slower commits, instant
     /// recovery). Default off.
     pub quick_repair: bool,
+    /// redb's page cache, in bytes (default [`DEFAULT_CACHE_BYTES`]). The
+    /// cache fills as pages are read and counts towards the process's RSS;
+    /// redb's own default (1 GiB) would let one start-up scan of a million
+    /// wake-ups hold most of a GiB.
+    pub cache_bytes: usize,
+}
+
+/// The default page cache: 256 MiB.
+pub const DEFAULT_CACHE_BYTES: usize = 256 * 1024 * 1024;
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        Self {
+            quick_repair: false,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
 }
 
 /// The journal. Cheap to clone; all clones share one database and one writer.
@@ -84,7 +101,10 @@ impl Journal {
             path: path.display().to_string(),
             message,
         };
-        let db = Database::create(path).map_err(|e| match e {
+        let db = redb::Builder::new()
+            .set_cache_size(options.cache_bytes)
+            .create(path)
+            .map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => open_err(
                 "another process holds it; stop the other berth using this data dir, or pass another --data-dir"
                     .into(),
@@ -359,19 +379,43 @@ impl Journal {
         self.get(RESUME_CLAIMS, "resume_claims", handle)
     }
 
-    /// Every stored wake-up (what the scheduler arms at start-up).
+    /// Every stored wake-up, in session id order.
     ///
     /// # Errors
     /// As [`Journal::session`].
     pub fn wakeups(&self) -> Result<Vec<Wakeup>, StorageError> {
+        let mut out = Vec::new();
+        self.for_each_wakeup(|w| out.push(w))?;
+        Ok(out)
+    }
+
+    /// Calls `f` with every stored wake-up, in session id order, one at a
+    /// time (what the scheduler arms at start-up: a million of them are
+    /// never all decoded at once). Returns how many there were.
+    ///
+    /// # Errors
+    /// As [`Journal::session`]; [`StorageError::Corrupt`] stops at the first
+    /// row that does not decode.
+    pub fn for_each_wakeup(&self, mut f: impl FnMut(Wakeup)) -> Result<u64, StorageError> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(WAKEUPS)?;
-        let mut out = Vec::new();
+        let mut count = 0;
         for entry in table.iter()? {
             let (k, v) = entry?;
-            out.push(decode("wakeups", k.value(), v.value())?);
+            f(decode("wakeups", k.value(), v.value())?);
+            count += 1;
         }
-        Ok(out)
+        Ok(count)
+    }
+
+    /// The session's stored wake-up, if its suspension has one (what a due
+    /// timer or a matching event resolves against). Reads committed state
+    /// only.
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn wakeup(&self, id: &SessionId) -> Result<Option<Wakeup>, StorageError> {
+        self.get(WAKEUPS, "wakeups", id.as_str())
     }
 
     /// External events with sequence numbers above `after`, in order.

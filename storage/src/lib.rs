@@ -32,5 +32,5 @@ mod writer;
 
 pub use batch::Batch;
 pub use error::StorageError;
-pub use journal::{Journal, JournalOptions};
+pub use journal::{Journal, JournalOptions, DEFAULT_CACHE_BYTES};
 pub use records::{OpenTurn, SessionRecord, TurnCheckpoint};

@@ -17,7 +17,7 @@ use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::history::Transcript;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::steering::Injection;
-use berth_runtime::suspension::{OverlapPolicy, Suspension};
+use berth_runtime::suspension::{OverlapPolicy, Suspension, Wakeup};
 use berth_runtime::tools::{ProcessGroups, ProcessLedger};
 use berth_scheduler::Scheduler;
 use berth_storage::{Batch, Journal, SessionRecord};
@@ -233,8 +233,8 @@ impl SessionState {
     /// Forgets the suspension (its removal is committed) and disarms its
     /// wake-up.
     pub(crate) fn unpark(&mut self) {
-        if self.suspension.take().is_some() {
-            self.env.scheduler.disarm(&self.record.session_id);
+        if let Some(wakeup) = self.suspension.take().as_ref().and_then(Wakeup::of) {
+            self.env.scheduler.disarm(&wakeup);
         }
     }
 

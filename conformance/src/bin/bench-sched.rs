@@ -95,28 +95,28 @@
 //!    build to the last commit's durable return; rows/s counts suspensions
 //!    (each is two rows).
 //! 2. The journal is dropped (closed), then **start-up** is replayed as
-//!    `Node::start` does it: `Journal::open` (timed), `Journal::wakeups()`
-//!    (timed: read and decode every wake-up row), then every wake-up is sent
-//!    to a fresh `Scheduler` with `arm` and `armed()` is awaited: the
-//!    scheduler's command channel is FIFO, so `armed()` answers only after
-//!    every `arm` before it was applied. Timed from the first `arm` to
-//!    `armed()` returning M (the time to send them all is printed too).
-//!    Nothing may fire (all are due in the future; checked).
+//!    `Node::start` does it: `Journal::open` (timed), then
+//!    `Journal::for_each_wakeup` streams every row, each decoded and turned
+//!    into its compact scheduler [`Entry`] (due ms, session id, event
+//!    patterns), sent to a fresh `Scheduler` 4,096 per `arm_all` command,
+//!    and `armed()` is awaited: the scheduler's command channel is FIFO, so
+//!    `armed()` answers only after every arm before it was applied. Timed
+//!    from the first row read to `armed()` returning M. Nothing may fire
+//!    (all are due in the future; checked).
 //! 3. Memory: `VmRSS` and `VmHWM` from `/proc/self/status` at each step, and
 //!    the bytes live on the heap, counted exactly by this binary's global
-//!    allocator (a counting wrapper around the system allocator). Between
-//!    loading and arming the journal is closed (untimed): the scan fills
-//!    redb's page cache (up to its default 1 GiB), and closing it leaves the
-//!    `Vec<Wakeup>` alone on the heap; after `armed()` the Vec has been
-//!    consumed, so the live heap then is the armed scheduler's alone
-//!    (its map entries, due-time index and strings). RSS also keeps pages the
+//!    allocator (a counting wrapper around the system allocator). After
+//!    `armed()` the journal is closed (untimed): the scan fills redb's page
+//!    cache (bounded by `JournalOptions::cache_bytes`, 256 MiB by default),
+//!    so the live heap after closing is the armed scheduler's alone (its
+//!    due-time index, event index and id strings). RSS also keeps pages the
 //!    allocator freed but did not return to the OS: live heap is what the
 //!    scheduler needs, RSS what the process costs. The on-disk size of
 //!    `journal.redb` is printed after writing.
 //! 4. **restart** (unless `--skip-restart` or the binary is missing): the real
 //!    `berth serve` is started on that data directory. Printed: the time from
 //!    spawn to the `initialize` answer (berth serves only after `Node::start`
-//!    has loaded the wake-ups and queued every `arm`; the scheduler task may
+//!    has loaded the wake-ups and queued every arm; the scheduler thread may
 //!    still be applying them), and the time until berth's CPU went quiet
 //!    (polled every 20 ms; quiet = under 10 ms of CPU over 500 ms, the
 //!    first instant of that window is reported) with its `VmRSS`/`VmHWM`
@@ -149,7 +149,10 @@ use berth_runtime::ids::SessionId;
 use berth_runtime::suspension::{
     Initiator, OnTimeout, ResumeConditions, ResumeTimeout, SuspendMode, Suspension, Wakeup,
 };
-use berth_scheduler::Scheduler;
+use berth_scheduler::{Entry, Scheduler};
+
+/// Wake-ups per scheduler command at start-up (as `Node::start`).
+const ARM_CHUNK: usize = 4096;
 use berth_storage::{Batch, Journal, JournalOptions};
 use chrono::{DateTime, Utc};
 use clap::Parser;
@@ -1059,7 +1062,6 @@ struct ScaleReport {
     file_bytes: u64,
     open: Duration,
     load: Duration,
-    send: Duration,
     arm: Duration,
     armed: usize,
     mem: Vec<(&'static str, MemPoint)>,
@@ -1077,8 +1079,8 @@ impl ScaleReport {
             self.batch
         );
         println!(
-            "scheduler entry   size_of::<Wakeup>() = {} B, kept inline in a HashMap by session, plus a (due ms, session id) BTreeSet key",
-            std::mem::size_of::<Wakeup>()
+            "scheduler entry   (due ms, session id) in a BTreeSet: {} B inline + the id's heap bytes; the rest of a wake-up stays in the journal",
+            std::mem::size_of::<(i64, Box<str>)>() + 8
         );
         println!(
             "journal.redb      {:.1} MiB ({:.0} bytes per parked session)",
@@ -1091,20 +1093,19 @@ impl ScaleReport {
             self.open.as_secs_f64() * 1e3
         );
         println!(
-            "  wakeups()       {:>9.1} ms ({:.0} rows/s read and decoded)",
+            "  stream + send   {:>9.1} ms ({:.0} rows/s read, decoded and sent as entries, {ARM_CHUNK} per command)",
             self.load.as_secs_f64() * 1e3,
             per_sec(self.load)
         );
         println!(
-            "  arm all         {:>9.1} ms until armed() = {} ({:.0} timers armed/s; sending the arms took {:.1} ms)",
+            "  armed           {:>9.1} ms until armed() = {} ({:.0} timers armed/s)",
             self.arm.as_secs_f64() * 1e3,
             self.armed,
-            per_sec(self.arm),
-            self.send.as_secs_f64() * 1e3
+            per_sec(self.arm)
         );
         println!(
             "  total           {:>9.1} ms",
-            (self.open + self.load + self.arm).as_secs_f64() * 1e3
+            (self.open + self.arm).as_secs_f64() * 1e3
         );
         println!("memory of this process      VmRSS MiB  VmHWM MiB  live heap MiB");
         for (label, m) in &self.mem {
@@ -1116,27 +1117,20 @@ impl ScaleReport {
             );
         }
         let at = |label: &str| self.mem.iter().find(|(l, _)| *l == label).map(|(_, m)| *m);
-        if let (Some(before), Some(loaded), Some(closed), Some(armed)) = (
+        if let (Some(before), Some(open), Some(closed)) = (
             at("before loading"),
-            at("wakeups() loaded"),
-            at("journal closed (vec only)"),
-            at("armed (vec consumed)"),
+            at("armed (journal open)"),
+            at("armed, journal closed"),
         ) {
             let per = |bytes: u64| bytes as f64 / self.timers as f64;
-            let vec = closed.heap.saturating_sub(before.heap);
-            let cache = loaded.heap.saturating_sub(closed.heap);
-            let heap = armed.heap.saturating_sub(before.heap);
-            let rss = armed.rss.saturating_sub(before.rss);
+            let cache = open.heap.saturating_sub(closed.heap);
+            let heap = closed.heap.saturating_sub(before.heap);
+            let rss = open.rss.saturating_sub(before.rss);
             println!(
-                "  the loaded Vec<Wakeup> {:.1} MiB ({:.0} B/timer); redb's page cache after the scan {:.1} MiB",
-                mib(vec),
-                per(vec),
-                mib(cache)
-            );
-            println!(
-                "  the armed scheduler holds {:.1} MiB live heap ({:.0} B/timer); this process's RSS grew {:.1} MiB ({:.0} B/timer)",
+                "  the armed scheduler holds {:.1} MiB live heap ({:.0} B/timer); redb's page cache after the scan {:.1} MiB; RSS grew {:.1} MiB while loading ({:.0} B/timer)",
                 mib(heap),
                 per(heap),
+                mib(cache),
                 mib(rss),
                 per(rss)
             );
@@ -1179,7 +1173,6 @@ impl ScaleReport {
             "journal_bytes": self.file_bytes,
             "open_ms": self.open.as_secs_f64() * 1e3,
             "wakeups_load_ms": self.load.as_secs_f64() * 1e3,
-            "arm_send_ms": self.send.as_secs_f64() * 1e3,
             "arm_ms": self.arm.as_secs_f64() * 1e3,
             "armed_per_sec": (self.timers as f64 / self.arm.as_secs_f64()).round(),
             "armed": self.armed,
@@ -1268,40 +1261,42 @@ async fn scale_bench(args: &Args, bin: Option<&Path>) -> anyhow::Result<ScaleRep
     mem.push(("written, journal closed", MemPoint::now()));
     let file_bytes = std::fs::metadata(&path)?.len();
 
-    // Start-up.
+    // Start-up, as Node::start does it: the rows are streamed and only each
+    // wake-up's compact scheduler entry is kept.
     let started = Instant::now();
     let journal = Journal::open(&path, JournalOptions::default())?;
     let open = started.elapsed();
     mem.push(("before loading", MemPoint::now()));
-    let started = Instant::now();
-    let wakeups = journal.wakeups()?;
-    let load = started.elapsed();
-    mem.push(("wakeups() loaded", MemPoint::now()));
-    if wakeups.len() != m {
-        bail!(
-            "wakeups() returned {} rows, {m} were written",
-            wakeups.len()
-        );
-    }
-    // Closed (untimed) so that what is live after arming is the
-    // scheduler's alone: the scan filled redb's page cache.
-    drop(journal);
-    mem.push(("journal closed (vec only)", MemPoint::now()));
     let (scheduler, mut fired) = Scheduler::start(Arc::new(SystemClock));
     let started = Instant::now();
-    for wakeup in wakeups {
-        scheduler.arm(wakeup);
+    let mut entries = Vec::with_capacity(ARM_CHUNK);
+    let loaded = journal.for_each_wakeup(|wakeup| {
+        entries.push(Entry::of(&wakeup));
+        if entries.len() == ARM_CHUNK {
+            scheduler.arm_all(std::mem::replace(
+                &mut entries,
+                Vec::with_capacity(ARM_CHUNK),
+            ));
+        }
+    })?;
+    scheduler.arm_all(entries);
+    let load = started.elapsed();
+    if loaded != m as u64 {
+        bail!("for_each_wakeup() read {loaded} rows, {m} were written");
     }
-    let send = started.elapsed();
     let armed = scheduler.armed().await;
     let arm = started.elapsed();
-    mem.push(("armed (vec consumed)", MemPoint::now()));
+    mem.push(("armed (journal open)", MemPoint::now()));
     if armed != m {
         bail!("the scheduler armed {armed} of {m} wake-ups");
     }
     if let Ok(firing) = fired.try_recv() {
         bail!("a far-future wake-up fired: {firing:?}");
     }
+    // Closed (untimed) so that what is live is the scheduler's alone: the
+    // scan filled redb's page cache.
+    drop(journal);
+    mem.push(("armed, journal closed", MemPoint::now()));
     drop(scheduler);
     drop(fired);
     // The scheduler task frees its state once it sees its channel closed:
@@ -1332,7 +1327,6 @@ async fn scale_bench(args: &Args, bin: Option<&Path>) -> anyhow::Result<ScaleRep
         file_bytes,
         open,
         load,
-        send,
         arm,
         armed,
         mem,

@@ -264,7 +264,7 @@ pub(crate) fn parked(state: &mut SessionState, suspension: Suspension) {
         let _ = reply.send(Ok(outcome(&suspension, false)));
     }
     if let Some(wakeup) = Wakeup::of(&suspension) {
-        state.env.scheduler.arm(wakeup);
+        state.env.scheduler.arm(&wakeup);
     }
     state.suspension = Some(suspension);
 }
