@@ -489,3 +489,77 @@ fn berth_event_emit_reaches_the_running_server_and_wakes_a_parked_session() {
         }
     }
 }
+
+#[test]
+fn a_buffered_scheduled_run_survives_sigkill_and_runs_after_the_restart() {
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
+    let mut server = Server::start(&data, &script);
+    server.send(1, "initialize", json!({"protocolVersion": 1}));
+    server.until(1);
+    let sid = server.new_session(2, &cwd);
+    // A long turn, so that the schedule's run must wait behind it.
+    server.send(
+        3,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}),
+    );
+    server.send(
+        4,
+        "_berth/schedule.create",
+        json!({"sessionId": sid, "cron": "* * * * * *", "prompt": "hi", "overlap": "buffer_one"}),
+    );
+    let created = server.until(4).1;
+    let schedule_id = created["result"]["scheduleId"].as_str().unwrap().to_owned();
+    // Wait until a run is buffered (durable in the schedule row), then pause
+    // the schedule so that no new run muddies what the restart delivers.
+    let mut id = 10;
+    loop {
+        id += 1;
+        server.send(id, "_berth/schedule.list", json!({}));
+        let list = server.until(id).1;
+        if list["result"]["schedules"][0]["buffered"] == json!(1) {
+            break;
+        }
+        assert!(id < 100, "no run was buffered: {list}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.send(
+        200,
+        "_berth/schedule.pause",
+        json!({"scheduleId": schedule_id}),
+    );
+    assert_eq!(server.until(200).1["result"]["buffered"], json!(1));
+    drop(server); // SIGKILL
+
+    let mut server = Server::start(&data, &script);
+    server.send(1, "initialize", json!({"protocolVersion": 1}));
+    server.until(1);
+    // The buffered run was delivered again at start-up: a turn with the
+    // schedule's prompt ("hi" → "hello again") ran, and the count is back to 0.
+    server.send(
+        2,
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    loop {
+        let note = server.next();
+        if note["params"]["update"]["content"]["text"] == "hello again" {
+            break;
+        }
+    }
+    let mut id = 10;
+    loop {
+        id += 1;
+        server.send(id, "_berth/schedule.list", json!({}));
+        let schedule = server.until(id).1["result"]["schedules"][0].clone();
+        if schedule["buffered"] == json!(0) {
+            assert_eq!(schedule["paused"], json!(true));
+            break;
+        }
+        assert!(
+            id < 100,
+            "the buffered count never went back to 0: {schedule}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -320,6 +320,7 @@ impl Node {
             config,
             processes: Arc::new(processes),
             scheduler,
+            schedule_rows: tokio::sync::Mutex::new(()),
         });
         for open in env.journal.open_turns()? {
             settle_open_turn(
@@ -366,20 +367,24 @@ impl Node {
     /// otherwise it is skipped (counted) and the next future run is armed.
     async fn arm_schedules(&self) -> Result<(), NodeError> {
         let now = self.env.config.clock.now();
-        for mut schedule in self.env.journal.schedules()? {
+        for schedule in self.env.journal.schedules()? {
+            self.redeliver_buffered(&schedule).await;
             let Some(next) = schedule.next_fire_at.filter(|_| !schedule.paused) else {
                 continue;
             };
             let missed_by = (now - next).num_milliseconds();
+            let mut next = Some(next);
             if missed_by > 0 && u64::try_from(missed_by).unwrap_or(0) > schedule.catchup_window_ms {
-                schedule.skipped += 1;
-                schedule.next_fire_at = schedule.next_after(now);
-                self.env
-                    .journal
-                    .commit(Batch::new().put_schedule(&schedule))
-                    .await?;
+                next = self
+                    .env
+                    .update_schedule(&schedule.schedule_id, |schedule| {
+                        schedule.skipped += 1;
+                        schedule.next_fire_at = schedule.next_after(now);
+                    })
+                    .await?
+                    .and_then(|s| s.next_fire_at);
             }
-            if let Some(next) = schedule.next_fire_at {
+            if let Some(next) = next {
                 self.env.scheduler.arm_schedule(&schedule.schedule_id, next);
             }
         }
@@ -428,6 +433,7 @@ impl Node {
             last_fired_at: None,
             fired: 0,
             skipped: 0,
+            buffered: 0,
             created_at: now,
         };
         schedule.next_fire_at = schedule.next_after(now);
@@ -455,19 +461,17 @@ impl Node {
     /// # Errors
     /// `InvalidParams` (`scheduleId` unknown); `Storage`.
     pub async fn schedule_pause(&self, id: &str, paused: bool) -> Result<Schedule, ControlError> {
-        let mut schedule = self
+        let now = self.env.config.clock.now();
+        let schedule = self
             .env
-            .journal
-            .schedule(id)?
+            .update_schedule(id, |schedule| {
+                schedule.paused = paused;
+                if !paused {
+                    schedule.next_fire_at = schedule.next_after(now);
+                }
+            })
+            .await?
             .ok_or_else(|| ControlError::invalid("scheduleId", "no such schedule"))?;
-        schedule.paused = paused;
-        if !paused {
-            schedule.next_fire_at = schedule.next_after(self.env.config.clock.now());
-        }
-        self.env
-            .journal
-            .commit(Batch::new().put_schedule(&schedule))
-            .await?;
         match (paused, schedule.next_fire_at) {
             (false, Some(next)) => self.env.scheduler.arm_schedule(id, next),
             _ => self.env.scheduler.disarm_schedule(id),
@@ -481,6 +485,7 @@ impl Node {
     /// # Errors
     /// `InvalidParams` (`scheduleId` unknown); `Storage`.
     pub async fn schedule_delete(&self, id: &str) -> Result<(), ControlError> {
+        let _guard = self.env.schedule_rows.lock().await;
         if self.env.journal.schedule(id)?.is_none() {
             return Err(ControlError::invalid("scheduleId", "no such schedule"));
         }
@@ -492,42 +497,75 @@ impl Node {
         Ok(())
     }
 
-    /// One run of a schedule: the next run is computed, recorded and armed
-    /// first (so a crash never loses the schedule), then the session is
-    /// prompted under the overlap policy.
+    /// One run of a schedule: the session is prompted under the overlap
+    /// policy, then the run's counters and the next run are recorded (one
+    /// serialized update of the schedule row, which a concurrent pause or a
+    /// buffered run's count change never loses) and the next run is armed.
     async fn run_schedule(&self, id: &str, due: DateTime<Utc>, lateness_ms: u64) {
-        let Ok(Some(mut schedule)) = self.env.journal.schedule(id) else {
+        let Ok(Some(schedule)) = self.env.journal.schedule(id) else {
             return;
         };
         if schedule.paused || schedule.next_fire_at != Some(due) {
             return;
         }
         let now = self.env.config.clock.now();
-        schedule.next_fire_at = schedule.next_after(now.max(due));
-        schedule.last_fired_at = Some(now);
         let started = self
             .call(&schedule.session_id, |reply| SessionMsg::ScheduledPrompt {
                 schedule_id: schedule.schedule_id.clone(),
                 text: schedule.prompt.clone(),
                 overlap: schedule.overlap,
+                redelivered: false,
                 reply,
             })
             .await;
-        match &started {
-            Ok(ScheduledStart::Started | ScheduledStart::Buffered) => schedule.fired += 1,
-            _ => schedule.skipped += 1,
-        }
         tracing::info!(schedule_id = %id, lateness_ms, outcome = ?started, "schedule run");
-        if let Err(e) = self
+        let ran = matches!(
+            &started,
+            Ok(ScheduledStart::Started | ScheduledStart::Buffered)
+        );
+        let updated = self
             .env
-            .journal
-            .commit(Batch::new().put_schedule(&schedule))
-            .await
-        {
-            tracing::error!(schedule_id = %id, error = %e, "could not record a schedule run");
+            .update_schedule(id, |schedule| {
+                if ran {
+                    schedule.fired += 1;
+                } else {
+                    schedule.skipped += 1;
+                }
+                schedule.last_fired_at = Some(now);
+                // A pause or another run since this one was due decides.
+                if schedule.next_fire_at == Some(due) {
+                    schedule.next_fire_at = schedule.next_after(now.max(due));
+                }
+            })
+            .await;
+        match updated {
+            Ok(Some(schedule)) if !schedule.paused => {
+                if let Some(next) = schedule.next_fire_at {
+                    self.env.scheduler.arm_schedule(id, next);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(schedule_id = %id, error = %e, "could not record a schedule run");
+            }
         }
-        if let Some(next) = schedule.next_fire_at {
-            self.env.scheduler.arm_schedule(id, next);
+    }
+
+    /// At start-up: runs that were waiting behind a turn when berth stopped
+    /// (counted in the schedule's `buffered`) are delivered again, each
+    /// under the schedule's overlap policy.
+    async fn redeliver_buffered(&self, schedule: &Schedule) {
+        for _ in 0..schedule.buffered {
+            let started = self
+                .call(&schedule.session_id, |reply| SessionMsg::ScheduledPrompt {
+                    schedule_id: schedule.schedule_id.clone(),
+                    text: schedule.prompt.clone(),
+                    overlap: schedule.overlap,
+                    redelivered: true,
+                    reply,
+                })
+                .await;
+            tracing::info!(schedule_id = %schedule.schedule_id, outcome = ?started, "buffered schedule run delivered again");
         }
     }
 

@@ -17,7 +17,7 @@ use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::history::Transcript;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::steering::Injection;
-use berth_runtime::suspension::{OverlapPolicy, Suspension, Wakeup};
+use berth_runtime::suspension::{OverlapPolicy, Schedule, Suspension, Wakeup};
 use berth_runtime::tools::{ProcessGroups, ProcessLedger};
 use berth_scheduler::Scheduler;
 use berth_storage::{Batch, Journal, SessionRecord};
@@ -44,6 +44,34 @@ pub struct SessionEnv {
     pub processes: Arc<ProcessLedger>,
     /// The node's scheduler (wake-ups of parked sessions).
     pub scheduler: Scheduler,
+    /// Serializes read-modify-writes of schedule rows (a run's counters, a
+    /// pause, a buffered run leaving its session's queue), so that none
+    /// overwrites another. Never held across an actor call.
+    pub schedule_rows: tokio::sync::Mutex<()>,
+}
+
+impl SessionEnv {
+    /// Reads schedule `id`, applies `change` and commits it (durable on
+    /// return), serialized with every other schedule update. `Ok(None)` when
+    /// the schedule does not exist (deleted).
+    ///
+    /// # Errors
+    /// [`StorageError`](berth_storage::StorageError); nothing was written.
+    pub async fn update_schedule(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut Schedule),
+    ) -> Result<Option<Schedule>, berth_storage::StorageError> {
+        let _guard = self.schedule_rows.lock().await;
+        let Some(mut schedule) = self.journal.schedule(id)? else {
+            return Ok(None);
+        };
+        change(&mut schedule);
+        self.journal
+            .commit(Batch::new().put_schedule(&schedule))
+            .await?;
+        Ok(Some(schedule))
+    }
 }
 
 /// The answer to an attach (`session/load`, `session/resume`, `session/new`).
@@ -173,6 +201,9 @@ pub enum SessionMsg {
         text: String,
         /// Its overlap policy.
         overlap: OverlapPolicy,
+        /// A run buffered before a restart, delivered again (already counted
+        /// in the schedule's `buffered`).
+        redelivered: bool,
         /// Started, buffered or skipped.
         reply: RpcReplyPort<lifecycle::scheduled::ScheduledStart>,
     },
@@ -225,7 +256,7 @@ pub struct SessionState {
     /// Suspends waiting for the running turn to park.
     pub(crate) suspend_waiters: Vec<lifecycle::suspend::SuspendReply>,
     /// Scheduled runs waiting for the running turn to end (schedule id,
-    /// prompt text); held in memory.
+    /// prompt text); counted durably in each schedule's `buffered`.
     pub(crate) scheduled: std::collections::VecDeque<(String, String)>,
 }
 
@@ -367,10 +398,18 @@ impl Actor for SessionActor {
                 schedule_id,
                 text,
                 overlap,
+                redelivered,
                 reply,
             } => {
-                let started =
-                    lifecycle::scheduled::run(&myself, state, schedule_id, text, overlap).await?;
+                let started = lifecycle::scheduled::run(
+                    &myself,
+                    state,
+                    schedule_id,
+                    text,
+                    overlap,
+                    redelivered,
+                )
+                .await?;
                 let _ = reply.send(started);
                 Ok(())
             }

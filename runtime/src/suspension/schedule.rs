@@ -59,6 +59,11 @@ pub struct Schedule {
     /// Runs skipped (overlap, suspended or closed session, missed).
     #[serde(default)]
     pub skipped: u64,
+    /// Runs waiting behind the session's running turn (`buffer_one`: at most
+    /// one). Durable: runs still waiting when berth stops are delivered again
+    /// at the next start.
+    #[serde(default)]
+    pub buffered: u32,
     /// When it was created.
     pub created_at: DateTime<Utc>,
 }
