@@ -106,7 +106,7 @@
 //                            `clientCapabilities._meta.berth` extensions;
 //                            `.close()` ends stdin
 
-import { after } from "node:test";
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { Readable, Writable } from "node:stream";
@@ -703,4 +703,52 @@ export class RawClient {
   close() {
     return this.#writer.close().catch(() => {});
   }
+}
+
+/**
+ * A `scenario(name, fn, { timeout })` declarer: each scenario is a node:test
+ * test that runs `fn(ctx, t)` with `new Ctx(t, label)` (label: the name up to
+ * its first `.` or space), prints the stderr of every server the context
+ * started (`ctx.servers`) when it fails, and kills them all when it ends.
+ */
+export function scenarioRunner(Ctx, { stderrChars = 2_000 } = {}) {
+  return (name, fn, { timeout = 30_000 } = {}) =>
+    test(name, { timeout }, async (t) => {
+      assertBerthBin();
+      const ctx = new Ctx(t, name.split(/[. ]/)[0]);
+      try {
+        await fn(ctx, t);
+      } catch (error) {
+        for (const server of ctx.servers) reportServer(t, server, { stderrChars });
+        throw error;
+      } finally {
+        for (const server of ctx.servers) server.kill();
+      }
+    });
+}
+
+/** The lines of the `log` file a scripted tool wrote in `cwd` (none yet: `[]`). */
+export function logLines(cwd) {
+  try {
+    return fs.readFileSync(path.join(cwd, "log"), "utf8").split("\n").filter(Boolean);
+  } catch (e) {
+    if (e.code === "ENOENT") return [];
+    throw e;
+  }
+}
+
+/** Asserts `answer` (`{result}` or `{error}`) is a result and returns it. */
+export function result(answer, label) {
+  assert.ok(answer && !answer.error, `${label}: expected a result, got ${JSON.stringify(answer)}`);
+  return answer.result;
+}
+
+/** Asserts `answer` is a JSON-RPC error with `code` and, when given, `data.reason` / `data.field`. */
+export function rpcError(answer, { code, reason, field }, label) {
+  assert.ok(answer?.error, `${label}: expected error ${code}, got ${JSON.stringify(answer)}`);
+  const { error } = answer;
+  assert.equal(error.code, code, `${label}: ${JSON.stringify(error)}`);
+  if (reason !== undefined) assert.equal(error.data?.reason, reason, `${label}: ${JSON.stringify(error)}`);
+  if (field !== undefined) assert.equal(error.data?.field, field, `${label}: ${JSON.stringify(error)}`);
+  return error;
 }

@@ -76,7 +76,6 @@
 //     → -32012 `configuration_changed` (nothing claimed); a resume with
 //     `continueTranscript: false` still works (fresh digest turn).
 
-import { test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
@@ -89,16 +88,18 @@ import {
   RpcError,
   Recorder,
   SESSION_UPDATE,
-  assertBerthBin,
   assertSdkDeliveredAll,
   clientApp,
   eventIdOf,
   initialize,
-  reportServer,
   sdkErrors,
   stepper,
   tempRoot,
   within,
+  scenarioRunner,
+  logLines,
+  result,
+  rpcError,
 } from "./harness.mjs";
 
 const SCRIPT = path.join(E2E_DIR, "suspension-script.toml");
@@ -277,48 +278,11 @@ class Ctx {
   }
 }
 
-function scenario(name, fn, { timeout = 30_000 } = {}) {
-  test(name, { timeout }, async (t) => {
-    assertBerthBin();
-    const ctx = new Ctx(t, name.split(".")[0]);
-    try {
-      await fn(ctx, t);
-    } catch (error) {
-      for (const server of ctx.servers) reportServer(t, server, { stderrChars: 2_000 });
-      throw error;
-    } finally {
-      for (const server of ctx.servers) server.kill();
-    }
-  });
-}
+const scenario = scenarioRunner(Ctx, { stderrChars: 2_000 });
 
 // ---------------------------------------------------------------- helpers
 
 const release = (cwd) => fs.writeFileSync(path.join(cwd, RELEASE), "");
-
-function logLines(cwd) {
-  try {
-    return fs.readFileSync(path.join(cwd, "log"), "utf8").split("\n").filter(Boolean);
-  } catch (e) {
-    if (e.code === "ENOENT") return [];
-    throw e;
-  }
-}
-
-function result(answer, label) {
-  assert.ok(answer && !answer.error, `${label}: expected a result, got ${JSON.stringify(answer)}`);
-  return answer.result;
-}
-
-/** Asserts `answer` (a `call` answer) is a JSON-RPC error with `code` and, when given, `data.reason` / `data.field`. */
-function rpcError(answer, { code, reason, field }, label) {
-  assert.ok(answer?.error, `${label}: expected error ${code}, got ${JSON.stringify(answer)}`);
-  const { error } = answer;
-  assert.equal(error.code, code, `${label}: ${JSON.stringify(error)}`);
-  if (reason !== undefined) assert.equal(error.data?.reason, reason, `${label}: ${JSON.stringify(error)}`);
-  if (field !== undefined) assert.equal(error.data?.field, field, `${label}: ${JSON.stringify(error)}`);
-  return error;
-}
 
 /** A suspended prompt's answer: `end_turn`, terminal kind `suspended`, `owner`, and the handle. */
 function assertSuspendedAnswer(answer, owner, label) {
