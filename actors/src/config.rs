@@ -27,6 +27,10 @@ pub struct NodeConfig {
     /// redb page cache in bytes (see `berth_storage::JournalOptions`;
     /// default 256 MiB).
     pub journal_cache_bytes: usize,
+    /// Stop the actor of a session once it is parked with nothing in flight
+    /// (default `true`; DESIGN.md "Scale"): a parked session costs only its
+    /// rows and its timer until a wake-up, event or client rehydrates it.
+    pub passivate_parked: bool,
     /// Time source.
     pub clock: Arc<dyn Clock>,
     /// Id source.
@@ -54,6 +58,7 @@ impl NodeConfig {
             max_model_calls: 50,
             quick_repair: false,
             journal_cache_bytes: berth_storage::DEFAULT_CACHE_BYTES,
+            passivate_parked: true,
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
             completion_judge: None,

@@ -320,6 +320,7 @@ impl Node {
             config,
             processes: Arc::new(processes),
             scheduler,
+            passivated: Default::default(),
             schedule_rows: tokio::sync::Mutex::new(()),
         });
         for open in env.journal.open_turns()? {
@@ -828,6 +829,7 @@ impl Node {
         make: impl Fn(RpcReplyPort<T>) -> SessionMsg,
     ) -> Result<T, ControlError> {
         let mut retried = false;
+        let mut passivations = 0;
         loop {
             let actor = self.registry.get_or_spawn(id).await?;
             match actor.call(&make, None).await {
@@ -835,10 +837,25 @@ impl Node {
                 Ok(CallResult::Timeout) => {
                     return Err(ControlError::ActorFailed("timed out".into()))
                 }
+                // Stopped for passivation with this message queued behind:
+                // it was never handled; the next actor handles it.
+                Ok(CallResult::SenderError)
+                    if passivations < 8 && self.env.passivated.was_passivated(actor.get_id()) =>
+                {
+                    passivations += 1;
+                    self.registry.forget(actor.get_id()).await;
+                }
                 Ok(CallResult::SenderError) => return Err(ControlError::ActorFailed(
                     "the session actor stopped before answering; it is restarted from the journal"
                         .into(),
                 )),
+                Err(_)
+                    if passivations < 8 && self.env.passivated.was_passivated(actor.get_id()) =>
+                {
+                    // It stopped for passivation before this message reached it.
+                    passivations += 1;
+                    self.registry.forget(actor.get_id()).await;
+                }
                 Err(_) if !retried => {
                     // A stale reference to an actor that just stopped.
                     self.registry.forget(actor.get_id()).await;
@@ -968,10 +985,31 @@ impl Node {
         .await?
     }
 
+    /// Every session that is not closed, in id order (live or not: a
+    /// passivated parked session has no actor but is still addressed).
+    fn open_session_ids(&self) -> Result<Vec<SessionId>, ControlError> {
+        let mut ids = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.env.journal.sessions(after.as_ref(), 1024)?;
+            let Some(last) = page.last() else {
+                return Ok(ids);
+            };
+            after = Some(last.session_id.clone());
+            ids.extend(
+                page.into_iter()
+                    .filter(|r| r.closed_at.is_none())
+                    .map(|r| r.session_id),
+            );
+        }
+    }
+
     /// Interrupt-and-suspend broadcast (`_berth/suspend_many`): suspends every
     /// selected *running* session with `mode` (all at once; each answer waits
     /// for its turn to park) and reports per session. `All` and `Label`
-    /// consider the sessions held in memory (every running one is).
+    /// address every session that is not closed; one with no actor is not
+    /// running (a running session always has one) and is answered from the
+    /// journal without rehydrating it.
     ///
     /// # Errors
     /// [`ControlError::Storage`] reading the selection.
@@ -984,11 +1022,7 @@ impl Node {
     ) -> Result<Vec<(SessionId, BroadcastOutcome)>, ControlError> {
         let ids = match &selector {
             SessionSelector::Ids(ids) => ids.clone(),
-            SessionSelector::All | SessionSelector::Label(_) => {
-                let mut ids = self.registry.live_ids().await;
-                ids.sort();
-                ids
-            }
+            SessionSelector::All | SessionSelector::Label(_) => self.open_session_ids()?,
         };
         let tasks = ids.into_iter().map(|id| {
             let selector = &selector;
@@ -1010,6 +1044,18 @@ impl Node {
                     if !record.labels.contains(label) {
                         return None;
                     }
+                }
+                if self.registry.get_live(&id).await.is_none() {
+                    let outcome = match self.env.journal.suspension(&id) {
+                        Ok(Some(parked)) => BroadcastOutcome::AlreadySuspended {
+                            handle: parked.handle,
+                        },
+                        Ok(None) => BroadcastOutcome::NotRunning,
+                        Err(e) => BroadcastOutcome::Failed {
+                            reason: e.to_string(),
+                        },
+                    };
+                    return Some((id, outcome));
                 }
                 let params = SuspendParams {
                     mode,
@@ -1215,8 +1261,11 @@ impl Node {
     /// Detaches a watcher from a session (its connection closed). A session that
     /// is not live has no watchers.
     pub async fn detach(&self, id: &SessionId, watcher_id: u64) {
-        if let Some(actor) = self.registry.get_live(id).await {
-            let _ = actor.send_message(SessionMsg::Detach { watcher_id });
+        match self.registry.get_live(id).await {
+            Some(actor) => {
+                let _ = actor.send_message(SessionMsg::Detach { watcher_id });
+            }
+            None => self.env.passivated.detach(id, watcher_id),
         }
     }
 

@@ -9,10 +9,15 @@ use ractor::{Actor, ActorCell, ActorId, ActorRef};
 use crate::error::ControlError;
 use crate::session::{SessionActor, SessionArgs, SessionEnv, SessionMsg};
 
+/// A session's actor, once spawned: concurrent callers of a session that is
+/// not live wait on the one spawn, and spawns of different sessions run in
+/// parallel (no lock is held across a rehydration).
+type Slot = Arc<tokio::sync::OnceCell<ActorRef<SessionMsg>>>;
+
 /// Live session actors by session id.
 pub struct Registry {
     env: Arc<SessionEnv>,
-    live: tokio::sync::Mutex<HashMap<SessionId, ActorRef<SessionMsg>>>,
+    live: Mutex<HashMap<SessionId, Slot>>,
     by_actor: Mutex<HashMap<ActorId, SessionId>>,
     supervisor: OnceLock<ActorCell>,
 }
@@ -28,10 +33,15 @@ impl Registry {
     pub fn new(env: Arc<SessionEnv>) -> Self {
         Self {
             env,
-            live: tokio::sync::Mutex::default(),
+            live: Mutex::default(),
             by_actor: Mutex::default(),
             supervisor: OnceLock::new(),
         }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Slot>> {
+        // A poisoned map is still a correct map.
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Sets the supervisor new session actors are linked to (once, at start-up).
@@ -41,12 +51,16 @@ impl Registry {
 
     /// The live actor of a session, if there is one.
     pub async fn get_live(&self, id: &SessionId) -> Option<ActorRef<SessionMsg>> {
-        self.live.lock().await.get(id).cloned()
+        self.live().get(id).and_then(|slot| slot.get().cloned())
     }
 
     /// Ids of every live session.
     pub async fn live_ids(&self) -> Vec<SessionId> {
-        self.live.lock().await.keys().cloned().collect()
+        self.live()
+            .iter()
+            .filter(|(_, slot)| slot.initialized())
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// The session's actor, spawning it from the journal when it is not live.
@@ -55,10 +69,22 @@ impl Registry {
     /// [`ControlError::UnknownSession`] when the journal has no such session;
     /// [`ControlError::ActorFailed`] when rehydration failed.
     pub async fn get_or_spawn(&self, id: &SessionId) -> Result<ActorRef<SessionMsg>, ControlError> {
-        let mut live = self.live.lock().await;
-        if let Some(actor) = live.get(id) {
-            return Ok(actor.clone());
+        let slot = Arc::clone(self.live().entry(id.clone()).or_default());
+        let spawned = slot.get_or_try_init(|| self.spawn(id)).await.cloned();
+        if spawned.is_err() {
+            // Leave no empty slot behind (unless a later caller filled it).
+            let mut live = self.live();
+            if live
+                .get(id)
+                .is_some_and(|s| Arc::ptr_eq(s, &slot) && !s.initialized())
+            {
+                live.remove(id);
+            }
         }
+        spawned
+    }
+
+    async fn spawn(&self, id: &SessionId) -> Result<ActorRef<SessionMsg>, ControlError> {
         if self.env.journal.session(id)?.is_none() {
             return Err(ControlError::UnknownSession {
                 session_id: id.clone(),
@@ -77,20 +103,25 @@ impl Registry {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(actor.get_id(), id.clone());
-        live.insert(id.clone(), actor.clone());
         Ok(actor)
     }
 
     /// Forgets a stopped or failed actor; returns its session id if it was the
     /// session's current actor.
     pub async fn forget(&self, actor: ActorId) -> Option<SessionId> {
+        // Both maps change under the `live` lock, so that a caller that finds
+        // the actor already forgotten never finds it still live.
+        let mut live = self.live();
         let id = self
             .by_actor
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&actor)?;
-        let mut live = self.live.lock().await;
-        if live.get(&id).is_some_and(|a| a.get_id() == actor) {
+        if live
+            .get(&id)
+            .and_then(|slot| slot.get())
+            .is_some_and(|a| a.get_id() == actor)
+        {
             live.remove(&id);
             Some(id)
         } else {

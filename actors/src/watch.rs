@@ -195,6 +195,11 @@ impl Watchers {
     pub fn detach(&self, watcher_id: u64) {
         self.lock().watchers.remove(&watcher_id);
     }
+
+    /// Whether no watcher is attached.
+    pub fn is_empty(&self) -> bool {
+        self.lock().watchers.is_empty()
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! its own handler file under [`lifecycle`]; [`SessionActor::handle`] only routes.
 
 pub mod lifecycle;
+pub mod passivate;
 mod receipt;
 mod seal;
 mod sink;
@@ -44,6 +45,9 @@ pub struct SessionEnv {
     pub processes: Arc<ProcessLedger>,
     /// The node's scheduler (wake-ups of parked sessions).
     pub scheduler: Scheduler,
+    /// Watchers of passivated sessions, and which actors stopped for
+    /// passivation.
+    pub passivated: passivate::Passivated,
     /// Serializes read-modify-writes of schedule rows (a run's counters, a
     /// pause, a buffered run leaving its session's queue), so that none
     /// overwrites another. Never held across an actor call.
@@ -219,6 +223,9 @@ pub enum SessionMsg {
     /// Test-only fault injection: the handler fails, as a bug would.
     #[cfg(test)]
     InjectFault,
+    /// Sent by the actor to itself once the session is parked with nothing
+    /// in flight: it stops (see [`passivate`]).
+    Passivate,
     /// The running turn left the engine, ended or suspended (sent by the
     /// turn task itself).
     TurnFinished {
@@ -258,6 +265,8 @@ pub struct SessionState {
     /// Scheduled runs waiting for the running turn to end (schedule id,
     /// prompt text); counted durably in each schedule's `buffered`.
     pub(crate) scheduled: std::collections::VecDeque<(String, String)>,
+    /// A `Passivate` message is on its way to this actor.
+    pub(crate) passivation_asked: bool,
 }
 
 impl SessionState {
@@ -356,6 +365,12 @@ impl Actor for SessionActor {
         let suspension = journal.suspension(&args.session_id)?;
         let transcript = Transcript::from_messages(journal.transcript(&args.session_id)?);
         let last = journal.last_event_id(&args.session_id)?;
+        // A passivated session's attached watchers carry over.
+        let watchers = args
+            .env
+            .passivated
+            .take_watchers(&args.session_id)
+            .unwrap_or_else(|| Arc::new(Watchers::new(last)));
         let processes = Arc::new(ProcessGroups::with_ledger(
             Arc::clone(&args.env.processes),
             args.session_id.as_str(),
@@ -364,7 +379,7 @@ impl Actor for SessionActor {
             env: args.env,
             record,
             transcript,
-            watchers: Arc::new(Watchers::new(last)),
+            watchers,
             processes,
             turn: None,
             pending_close: Vec::new(),
@@ -372,6 +387,7 @@ impl Actor for SessionActor {
             suspension,
             suspend_waiters: Vec::new(),
             scheduled: Default::default(),
+            passivation_asked: false,
         })
     }
 
@@ -381,6 +397,25 @@ impl Actor for SessionActor {
         msg: SessionMsg,
         state: &mut SessionState,
     ) -> Result<(), ActorProcessingErr> {
+        let handled = self.dispatch(&myself, msg, state).await;
+        // Handled in order: the passivation runs after whatever is queued now.
+        if !state.passivation_asked && passivate::passivable(state) {
+            state.passivation_asked = true;
+            let _ = myself.send_message(SessionMsg::Passivate);
+        }
+        handled
+    }
+}
+
+impl SessionActor {
+    /// Handles one message (one control word per lifecycle file).
+    async fn dispatch(
+        &self,
+        myself: &ActorRef<SessionMsg>,
+        msg: SessionMsg,
+        state: &mut SessionState,
+    ) -> Result<(), ActorProcessingErr> {
+        let myself = myself.clone();
         match msg {
             SessionMsg::Prompt { prompt, reply } => {
                 lifecycle::prompt::start(&myself, state, prompt, reply).await
@@ -489,6 +524,10 @@ impl Actor for SessionActor {
             SessionMsg::InjectFault => Err("injected fault".into()),
             SessionMsg::Detach { watcher_id } => {
                 state.watchers.detach(watcher_id);
+                Ok(())
+            }
+            SessionMsg::Passivate => {
+                passivate::passivate(&myself, state);
                 Ok(())
             }
         }

@@ -1,0 +1,228 @@
+//! Passivation: a parked session needs no actor (DESIGN.md, "Scale": parked
+//! sessions are passivated — no actor, no task, only rows and a timer).
+//!
+//! Once a session is parked with nothing in flight (no turn, no waiting
+//! suspend, no buffered scheduled run, no pending close, no live process
+//! group), its actor stops itself. Everything it held is in the journal
+//! except its watchers (the connections attached to it), which wait in
+//! [`Passivated`] for the next actor: a timer, an event or a client
+//! rehydrates the session on demand and the watchers hear of the resumption
+//! as before.
+//!
+//! A control sent to the actor while it was stopping is never lost: messages
+//! are handled in order, so a message queued behind the passivation is
+//! dropped unhandled, and the node retries it on a fresh actor when the
+//! dropped reply comes from a passivated actor ([`Passivated::was_passivated`]).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use berth_runtime::ids::SessionId;
+use ractor::{ActorId, ActorRef};
+
+use super::{SessionMsg, SessionState};
+use crate::watch::Watchers;
+
+/// How many recently passivated actor ids are remembered for retries.
+const RECENT: usize = 65_536;
+
+/// The node-wide state of passivated sessions.
+#[derive(Debug, Default)]
+pub struct Passivated {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Watchers of passivated sessions that had any attached.
+    watchers: HashMap<SessionId, Arc<Watchers>>,
+    /// Recently passivated actors (a bounded window, oldest first).
+    recent: VecDeque<ActorId>,
+    recent_set: HashSet<ActorId>,
+}
+
+impl Passivated {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records that `actor` (of session `id`) stops for passivation, keeping
+    /// its watchers if any are attached.
+    fn stash(&self, id: &SessionId, actor: ActorId, watchers: &Arc<Watchers>) {
+        let mut inner = self.lock();
+        if !watchers.is_empty() {
+            inner.watchers.insert(id.clone(), Arc::clone(watchers));
+        }
+        if inner.recent_set.insert(actor) {
+            inner.recent.push_back(actor);
+        }
+        while inner.recent.len() > RECENT {
+            if let Some(old) = inner.recent.pop_front() {
+                inner.recent_set.remove(&old);
+            }
+        }
+    }
+
+    /// The watchers a passivated session left, for its new actor.
+    pub(crate) fn take_watchers(&self, id: &SessionId) -> Option<Arc<Watchers>> {
+        self.lock().watchers.remove(id)
+    }
+
+    /// Whether `actor` stopped for passivation (a control it dropped
+    /// unhandled may be sent again to the session's next actor).
+    pub(crate) fn was_passivated(&self, actor: ActorId) -> bool {
+        self.lock().recent_set.contains(&actor)
+    }
+
+    /// Detaches a watcher from a passivated session.
+    pub(crate) fn detach(&self, id: &SessionId, watcher_id: u64) {
+        let mut inner = self.lock();
+        if let Some(watchers) = inner.watchers.get(id) {
+            watchers.detach(watcher_id);
+            if watchers.is_empty() {
+                inner.watchers.remove(id);
+            }
+        }
+    }
+}
+
+/// Whether the session can give up its actor: parked, with nothing in
+/// flight that lives only in memory.
+pub(crate) fn passivable(state: &SessionState) -> bool {
+    state.env.config.passivate_parked
+        && state.suspension.is_some()
+        && state.turn.is_none()
+        && state.suspend_waiters.is_empty()
+        && state.scheduled.is_empty()
+        && state.pending_close.is_empty()
+        && state.processes.prune() == 0
+}
+
+/// Handles `SessionMsg::Passivate`: stops the actor if the session is (still)
+/// passivable.
+pub(crate) fn passivate(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
+    state.passivation_asked = false;
+    if !passivable(state) {
+        return;
+    }
+    state
+        .env
+        .passivated
+        .stash(&state.record.session_id, myself.get_id(), &state.watchers);
+    myself.stop(Some("passivated".into()));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use berth_runtime::event::SessionEvent;
+    use berth_runtime::model::scripted::ScriptedModel;
+    use berth_runtime::suspension::{Initiator, ResumeCause, SuspendMode};
+
+    use crate::node::{NewSession, ResumeParams, SuspendParams};
+    use crate::watch::{SessionNotice, Watcher};
+    use crate::{ControlError, Node, NodeConfig};
+
+    use super::*;
+
+    struct Recorder(Mutex<Vec<&'static str>>);
+
+    impl Watcher for Recorder {
+        fn watcher_id(&self) -> u64 {
+            7
+        }
+        fn notify(&self, notice: &SessionNotice) -> bool {
+            if let SessionEvent::Resumed { .. } = notice.record.event {
+                self.0.lock().unwrap().push("resumed");
+            }
+            true
+        }
+    }
+
+    async fn until_passivated(node: &Node, id: &SessionId) {
+        for _ in 0..500 {
+            if node.registry.get_live(id).await.is_none() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the parked session kept its actor");
+    }
+
+    #[tokio::test]
+    async fn a_parked_session_gives_up_its_actor_and_loses_no_control_or_watcher() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = ScriptedModel::parse("", "toml", "scripted:passivate").unwrap();
+        let node = Node::start(NodeConfig::new(dir.path().join("data"), Arc::new(model)))
+            .await
+            .unwrap();
+        let sid = node
+            .new_session(NewSession {
+                cwd: dir.path().to_path_buf(),
+                additional_directories: vec![],
+                mcp_servers: vec![],
+                parent_session_id: None,
+                labels: vec![],
+            })
+            .await
+            .unwrap()
+            .session_id;
+        let parked = node
+            .suspend(
+                &sid,
+                SuspendParams {
+                    mode: SuspendMode::FinishStep,
+                    reason: None,
+                    resume_when: None,
+                    actor: "test".into(),
+                    initiator: Initiator::Client,
+                    require_running: false,
+                },
+            )
+            .await
+            .unwrap();
+        until_passivated(&node, &sid).await;
+        // Attaching rehydrates it; it passivates again and keeps the watcher.
+        let recorder = Arc::new(Recorder(Mutex::default()));
+        node.attach(&sid, recorder.clone(), false).await.unwrap();
+        until_passivated(&node, &sid).await;
+        // Resumes racing the rehydration: exactly one wins, none is lost.
+        let resumes = (0..50).map(|i| {
+            let (node, sid, handle) = (node.clone(), sid.clone(), parked.handle.clone());
+            tokio::spawn(async move {
+                node.resume(
+                    &sid,
+                    ResumeParams {
+                        handle: Some(handle),
+                        input: None,
+                        continue_transcript: true,
+                        cause: ResumeCause::ExplicitResume,
+                        actor: format!("racer-{i}"),
+                        lateness_ms: None,
+                    },
+                )
+                .await
+            })
+        });
+        let answers = futures::future::join_all(resumes).await;
+        let won = answers.iter().filter(|a| matches!(a, Ok(Ok(_)))).count();
+        let lost = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(Err(ControlError::ResumeConflict { .. }))))
+            .count();
+        assert_eq!((won, lost), (1, 49), "{answers:?}");
+        assert!(
+            node.registry.get_live(&sid).await.is_some(),
+            "a resumed session is live"
+        );
+        // The watcher attached while it was passivated heard the resumption.
+        for _ in 0..200 {
+            if !recorder.0.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(*recorder.0.lock().unwrap(), ["resumed"]);
+    }
+}
