@@ -26,6 +26,12 @@
 //! ]
 //! ```
 //!
+//! With `resume_input_is_input = true` (top level), the result of a resumed
+//! `await_resumption` call counts as the latest user message: rules match the
+//! resume input (`resumed (…) with input: …`) and the positions count from
+//! it, so a script can branch on what a client resumed the agent with (the
+//! A2A TCK profile `conformance/a2a/tck-profile.toml` does).
+//!
 //! Rules are tried in file order; the first match plays. A rule's steps are cut
 //! into model responses after each `tool_call`/`tool_calls` step (a `usage` or
 //! `stop` step right after one still belongs to it): the *n*-th model call
@@ -119,6 +125,8 @@ struct ScriptFile {
     #[serde(default)]
     fallback: Option<String>,
     #[serde(default)]
+    resume_input_is_input: bool,
+    #[serde(default)]
     rules: Vec<RuleFile>,
 }
 
@@ -141,6 +149,9 @@ pub struct ScriptedModel {
     name: String,
     fallback: String,
     rules: Vec<Rule>,
+    /// `resume_input_is_input = true`: a resumed `await_resumption` result
+    /// counts as the latest input (see the module docs).
+    resume_input_is_input: bool,
 }
 
 impl ScriptedModel {
@@ -200,7 +211,41 @@ impl ScriptedModel {
                 .fallback
                 .unwrap_or_else(|| "(scripted model) no rule matches: {input}".to_owned()),
             rules,
+            resume_input_is_input: file.resume_input_is_input,
         })
+    }
+
+    /// The input the script answers and how many model calls answered it so
+    /// far: the latest user message — or, with `resume_input_is_input`, a
+    /// later result of an `await_resumption` call (the resume input).
+    fn latest_input<'a>(&self, request: &'a ModelRequest) -> (&'a str, u32) {
+        if !self.resume_input_is_input {
+            return (request.latest_user_text(), request.calls_since_user());
+        }
+        let parks: std::collections::HashSet<&ToolCallId> = request
+            .messages()
+            .filter_map(|m| match m {
+                Message::Assistant { tool_calls, .. } => Some(tool_calls),
+                _ => None,
+            })
+            .flatten()
+            .filter(|c| c.name == crate::tools::await_resumption::NAME)
+            .map(|c| &c.id)
+            .collect();
+        let mut answered = 0;
+        for message in request.messages().rev() {
+            match message {
+                Message::User { text } => return (text, answered),
+                Message::Tool {
+                    tool_call_id,
+                    content,
+                    is_error: false,
+                } if parks.contains(tool_call_id) => return (content, answered),
+                Message::Assistant { .. } => answered += 1,
+                _ => {}
+            }
+        }
+        ("", answered)
     }
 
     fn piece_for(&self, input: &str, iteration: u32) -> Vec<Step> {
@@ -300,7 +345,8 @@ impl ModelProvider for ScriptedModel {
                 });
             }
         };
-        for step in self.piece_for(request.latest_user_text(), request.calls_since_user()) {
+        let (input, answered) = self.latest_input(request);
+        for step in self.piece_for(input, answered) {
             match step {
                 Step::Text(t) => {
                     let t = expand(&t, request);
