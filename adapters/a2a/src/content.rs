@@ -12,10 +12,11 @@
 //! | `raw` of a text media type (or UTF-8 without one) | `resource` with `text` | the text |
 //! | `data` | `resource` with the JSON as `text`, `application/json` | the JSON |
 //!
-//! Accepted media types ([`SUPPORTED_INPUT_MODES`]): `text/*` and
-//! `application/json`; any other `mediaType` is refused with
-//! ContentTypeNotSupportedError (`-32005`), as are bytes that are not UTF-8
-//! text (berth's models read text only).
+//! berth's models read text, so content is accepted when it is text: text
+//! and data parts, links, and `raw` bytes that are UTF-8 — whatever their
+//! `mediaType` (kept on the block as `mimeType`). `raw` bytes that are not
+//! UTF-8 (an image, an archive) are refused with ContentTypeNotSupportedError
+//! (`-32005`). [`SUPPORTED_INPUT_MODES`] lists the types the card advertises.
 
 use base64::Engine;
 use serde_json::{json, Value};
@@ -32,24 +33,14 @@ pub const OUTPUT_MODES: &[&str] = &["text/plain", "application/json"];
 /// Largest number of parts in one message.
 pub const MAX_PARTS: usize = 64;
 
-fn media_type_supported(media_type: &str) -> bool {
-    let essence = media_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    essence.starts_with("text/") || essence == "application/json" || essence.ends_with("+json")
-}
-
 /// Converts an incoming user message into prompt blocks. With
 /// `message_id_header`, a first text block `[a2a messageId: ID]` tells the
 /// model the message id (the TCK profile's in-band signal).
 ///
 /// # Errors
 /// `-32602` naming the part (`message.parts[2]`) when it has not exactly one
-/// content field, bad base64 or too many parts; `-32005` for an unsupported
-/// media type or non-text bytes.
+/// content field, bad base64 or too many parts; `-32005` for `raw` bytes that
+/// are not UTF-8 text.
 pub fn to_blocks(message: &Message, message_id_header: bool) -> Result<Vec<Value>, RpcError> {
     if message.parts.is_empty() {
         return Err(RpcError::invalid_params(
@@ -79,15 +70,6 @@ pub fn to_blocks(message: &Message, message_id_header: bool) -> Result<Vec<Value
                 "must set exactly one of text, raw, url, data",
             ));
         }
-        if let Some(media_type) = &part.media_type {
-            if !media_type_supported(media_type) {
-                return Err(RpcError::a2a(
-                    A2aErrorKind::ContentTypeNotSupported,
-                    format!("media type {media_type} is not supported (berth accepts text/* and application/json)"),
-                    &[("mediaType", media_type.clone()), ("field", field.clone())],
-                ));
-            }
-        }
         let mut meta = json!({"part": part});
         if i == 0 {
             meta["messageId"] = json!(message.message_id);
@@ -114,7 +96,10 @@ pub fn to_blocks(message: &Message, message_id_header: bool) -> Result<Vec<Value
                 RpcError::a2a(
                     A2aErrorKind::ContentTypeNotSupported,
                     "the part's bytes are not UTF-8 text; berth accepts text content only",
-                    &[("field", field.clone())],
+                    &[
+                        ("field", field.clone()),
+                        ("mediaType", part.media_type.clone().unwrap_or_default()),
+                    ],
                 )
             })?;
             json!({
@@ -246,14 +231,15 @@ mod tests {
 
     #[test]
     fn unsupported_media_and_bad_parts_are_refused() {
-        let bad_media = Part {
+        let textual = Part {
             raw: Some("dGNr".into()),
             media_type: Some("application/x-unsupported-tck-type".into()),
             ..Part::default()
         };
-        assert_eq!(to_blocks(&message(vec![bad_media]), false).unwrap_err().code, -32005);
+        assert!(to_blocks(&message(vec![textual]), false).is_ok());
         let binary = Part {
             raw: Some(base64::engine::general_purpose::STANDARD.encode([0xff, 0xfe, 0x00])),
+            media_type: Some("image/png".into()),
             ..Part::default()
         };
         assert_eq!(to_blocks(&message(vec![binary]), false).unwrap_err().code, -32005);

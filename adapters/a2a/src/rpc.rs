@@ -98,6 +98,26 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
             return error_response(StatusCode::PAYLOAD_TOO_LARGE, &Value::Null, &e);
         }
     };
+    // Spec §9.1: requests are `application/json` (`application/*+json`
+    // accepted); a body declared as something else is refused unread.
+    if let Some(content_type) = parts.headers.get(header::CONTENT_TYPE) {
+        let essence = content_type
+            .to_str()
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if essence != "application/json" && !(essence.starts_with("application/") && essence.ends_with("+json")) {
+            let e = RpcError::a2a(
+                A2aErrorKind::ContentTypeNotSupported,
+                format!("requests must be application/json, not {essence}"),
+                &[("contentType", essence.clone())],
+            );
+            return error_response(StatusCode::OK, &Value::Null, &e);
+        }
+    }
     let envelope: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
         Err(e) => return error_response(StatusCode::OK, &Value::Null, &RpcError::parse_error(e)),

@@ -3,10 +3,29 @@
 //! `specification/a2a.proto` of A2A v1.0.0).
 //!
 //! Only what berth reads or writes is modelled. Unknown request fields are
-//! ignored (spec §5.7 "Unrecognized Fields").
+//! ignored (spec §5.7 "Unrecognized Fields"); as ProtoJSON parsers do, the
+//! proto field names (`history_length`) are accepted beside the JSON names
+//! (`historyLength`), and integers also as decimal strings.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+/// ProtoJSON integers: a number or a decimal string (`null`: unset).
+fn int_or_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("{n} is not an integer"))),
+        Some(Value::String(s)) => s
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom(format!("{s:?} is not an integer"))),
+        Some(other) => Err(serde::de::Error::custom(format!("{other} is not an integer"))),
+    }
+}
 
 /// A2A `Role` (proto enum `Role`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,7 +62,7 @@ pub struct Part {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filename: Option<String>,
     /// Media type (e.g. `text/plain`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "media_type", default, skip_serializing_if = "Option::is_none")]
     pub media_type: Option<String>,
 }
 
@@ -83,12 +102,13 @@ impl Part {
 #[serde(rename_all = "camelCase")]
 pub struct Message {
     /// Sender-chosen id.
+    #[serde(alias = "message_id")]
     pub message_id: String,
     /// The conversation (berth session) it belongs to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "context_id", default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
     /// The task (berth turn) it continues.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "task_id", default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<String>,
     /// Who sent it.
     pub role: Role,
@@ -101,7 +121,7 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extensions: Vec<String>,
     /// Tasks this message refers to.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(alias = "reference_task_ids", default, skip_serializing_if = "Vec::is_empty")]
     pub reference_task_ids: Vec<String>,
 }
 
@@ -206,6 +226,7 @@ pub struct Task {
     /// `<turn id>.<session id>` (see [`crate::ids`]).
     pub id: String,
     /// The berth session id.
+    #[serde(alias = "context_id")]
     pub context_id: String,
     /// Current status.
     pub status: TaskStatus,
@@ -225,8 +246,10 @@ pub struct Task {
 #[serde(rename_all = "camelCase")]
 pub struct TaskStatusUpdateEvent {
     /// The task.
+    #[serde(alias = "task_id")]
     pub task_id: String,
     /// Its context.
+    #[serde(alias = "context_id")]
     pub context_id: String,
     /// The new status.
     pub status: TaskStatus,
@@ -240,8 +263,10 @@ pub struct TaskStatusUpdateEvent {
 #[serde(rename_all = "camelCase")]
 pub struct TaskArtifactUpdateEvent {
     /// The task.
+    #[serde(alias = "task_id")]
     pub task_id: String,
     /// Its context.
+    #[serde(alias = "context_id")]
     pub context_id: String,
     /// The artifact (or the chunk of it).
     pub artifact: Artifact,
@@ -272,16 +297,16 @@ pub enum StreamResponse {
 #[serde(rename_all = "camelCase")]
 pub struct SendMessageConfiguration {
     /// Output media types the client accepts (not enforced: berth answers text).
-    #[serde(default)]
+    #[serde(alias = "accepted_output_modes", default)]
     pub accepted_output_modes: Vec<String>,
     /// Push config (berth declares no push support: refused).
-    #[serde(default)]
+    #[serde(alias = "task_push_notification_config", default)]
     pub task_push_notification_config: Option<Value>,
     /// Most recent history messages to return.
-    #[serde(default)]
+    #[serde(alias = "history_length", default, deserialize_with = "int_or_string")]
     pub history_length: Option<i64>,
     /// Non-blocking send.
-    #[serde(default)]
+    #[serde(alias = "return_immediately", default)]
     pub return_immediately: bool,
 }
 
@@ -306,7 +331,7 @@ pub struct GetTaskRequest {
     /// The task id.
     pub id: String,
     /// Most recent history messages to return.
-    #[serde(default)]
+    #[serde(alias = "history_length", default, deserialize_with = "int_or_string")]
     pub history_length: Option<i64>,
 }
 
@@ -323,25 +348,25 @@ pub struct TaskIdRequest {
 #[serde(rename_all = "camelCase")]
 pub struct ListTasksRequest {
     /// Only this context's tasks.
-    #[serde(default)]
+    #[serde(alias = "context_id", default)]
     pub context_id: Option<String>,
     /// Only tasks in this state.
     #[serde(default)]
     pub status: Option<Value>,
     /// 1..=100 (default 50).
-    #[serde(default)]
+    #[serde(alias = "page_size", default, deserialize_with = "int_or_string")]
     pub page_size: Option<i64>,
     /// Cursor from a previous page.
-    #[serde(default)]
+    #[serde(alias = "page_token", default)]
     pub page_token: Option<String>,
     /// Most recent history messages per task (default 0 here: none).
-    #[serde(default)]
+    #[serde(alias = "history_length", default, deserialize_with = "int_or_string")]
     pub history_length: Option<i64>,
     /// Only tasks whose status changed after this instant (RFC 3339).
-    #[serde(default)]
+    #[serde(alias = "status_timestamp_after", default)]
     pub status_timestamp_after: Option<String>,
     /// Include artifacts (default false: the field is omitted).
-    #[serde(default)]
+    #[serde(alias = "include_artifacts", default)]
     pub include_artifacts: Option<bool>,
 }
 
