@@ -298,10 +298,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 /// Serves the A2A router on `addr` (pending forever without one). The
 /// shared HTTP listener will take this over; kept to this one function.
-async fn serve_a2a(
-    node: Node,
-    a2a: Option<(String, berth_a2a::A2aOptions)>,
-) -> anyhow::Result<()> {
+async fn serve_a2a(node: Node, a2a: Option<(String, berth_a2a::A2aOptions)>) -> anyhow::Result<()> {
     let Some((addr, options)) = a2a else {
         return std::future::pending().await;
     };

@@ -75,7 +75,10 @@ pub fn respond(options: &A2aOptions, headers: &HeaderMap) -> Response {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         (
-            [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
             body,
         )
             .into_response()

@@ -242,14 +242,20 @@ mod tests {
             media_type: Some("image/png".into()),
             ..Part::default()
         };
-        assert_eq!(to_blocks(&message(vec![binary]), false).unwrap_err().code, -32005);
+        assert_eq!(
+            to_blocks(&message(vec![binary]), false).unwrap_err().code,
+            -32005
+        );
         let two = Part {
             text: Some("a".into()),
             url: Some("b".into()),
             ..Part::default()
         };
         let e = to_blocks(&message(vec![two]), false).unwrap_err();
-        assert_eq!((e.code, e.data["field"].as_str()), (-32602, Some("message.parts[0]")));
+        assert_eq!(
+            (e.code, e.data["field"].as_str()),
+            (-32602, Some("message.parts[0]"))
+        );
         assert_eq!(to_blocks(&message(vec![]), false).unwrap_err().code, -32602);
     }
 }

@@ -85,7 +85,11 @@ pub struct RpcError {
 
 impl RpcError {
     /// An A2A error with `metadata` (string values) in its ErrorInfo.
-    pub fn a2a(kind: A2aErrorKind, message: impl Into<String>, metadata: &[(&str, String)]) -> Self {
+    pub fn a2a(
+        kind: A2aErrorKind,
+        message: impl Into<String>,
+        metadata: &[(&str, String)],
+    ) -> Self {
         let metadata: Map<String, Value> = metadata
             .iter()
             .map(|(k, v)| ((*k).to_owned(), Value::String(v.clone())))
@@ -181,11 +185,9 @@ impl From<ControlError> for RpcError {
                 message,
                 &[("contextId", session_id.0)],
             ),
-            ControlError::SessionClosed { session_id } => Self::unsupported(
-                message,
-                "session_closed",
-                &[("contextId", session_id.0)],
-            ),
+            ControlError::SessionClosed { session_id } => {
+                Self::unsupported(message, "session_closed", &[("contextId", session_id.0)])
+            }
             ControlError::PromptActive {
                 session_id,
                 turn_id,
@@ -202,11 +204,9 @@ impl From<ControlError> for RpcError {
                 "context_suspended",
                 &[("contextId", session_id.0), ("handle", handle)],
             ),
-            ControlError::NoActivePrompt { session_id } => Self::unsupported(
-                message,
-                "no_active_task",
-                &[("contextId", session_id.0)],
-            ),
+            ControlError::NoActivePrompt { session_id } => {
+                Self::unsupported(message, "no_active_task", &[("contextId", session_id.0)])
+            }
             ControlError::ResumeConflict { reason, .. } => {
                 let why = match reason {
                     ResumeConflict::AlreadyResumed { .. } => "already_resumed",

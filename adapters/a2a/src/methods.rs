@@ -19,8 +19,8 @@ use crate::ids::{parse_task_id, task_id};
 use crate::project::{Change, SessionProjection, TaskView};
 use crate::rpc::Answer;
 use crate::wire::{
-    GetTaskRequest, ListTasksRequest, Role, SendMessageRequest, StreamResponse, TaskArtifactUpdateEvent,
-    TaskIdRequest, TaskState, TaskStatusUpdateEvent,
+    GetTaskRequest, ListTasksRequest, Role, SendMessageRequest, StreamResponse,
+    TaskArtifactUpdateEvent, TaskIdRequest, TaskState, TaskStatusUpdateEvent,
 };
 use crate::{content, Shared};
 
@@ -115,7 +115,9 @@ fn get_task(ctx: &Ctx, params: Value) -> Result<Value, RpcError> {
     let request: GetTaskRequest = parse(params)?;
     let history = history_length(request.history_length, "historyLength")?;
     let (projection, turn) = load(ctx, &request.id)?;
-    let view = projection.task(&turn).ok_or_else(|| RpcError::task_not_found(&request.id))?;
+    let view = projection
+        .task(&turn)
+        .ok_or_else(|| RpcError::task_not_found(&request.id))?;
     to_value(&view.to_task(history, true))
 }
 
@@ -135,10 +137,16 @@ async fn send(ctx: &Ctx, params: Value, streaming: bool) -> Result<Answer, RpcEr
     let message = request.message;
     let config = request.configuration.unwrap_or_default();
     if message.role != Role::User {
-        return Err(RpcError::invalid_params("message.role", "must be ROLE_USER"));
+        return Err(RpcError::invalid_params(
+            "message.role",
+            "must be ROLE_USER",
+        ));
     }
     if message.message_id.trim().is_empty() {
-        return Err(RpcError::invalid_params("message.messageId", "must be a non-empty string"));
+        return Err(RpcError::invalid_params(
+            "message.messageId",
+            "must be a non-empty string",
+        ));
     }
     if config.task_push_notification_config.is_some() {
         return Err(RpcError::a2a(
@@ -156,15 +164,22 @@ async fn send(ctx: &Ctx, params: Value, streaming: bool) -> Result<Answer, RpcEr
     // The target: an existing task, an existing or new context.
     let (session_id, mut turn, action) = match &message.task_id {
         Some(id) => {
-            let (session_id, turn) = parse_task_id(id).ok_or_else(|| RpcError::task_not_found(id))?;
-            if message.context_id.as_ref().is_some_and(|c| *c != session_id.0) {
+            let (session_id, turn) =
+                parse_task_id(id).ok_or_else(|| RpcError::task_not_found(id))?;
+            if message
+                .context_id
+                .as_ref()
+                .is_some_and(|c| *c != session_id.0)
+            {
                 return Err(RpcError::invalid_params(
                     "message.contextId",
                     format!("does not match the context of task {id} ({})", session_id.0),
                 ));
             }
             let (projection, _) = load(ctx, id)?;
-            let view = projection.task(&turn).ok_or_else(|| RpcError::task_not_found(id))?;
+            let view = projection
+                .task(&turn)
+                .ok_or_else(|| RpcError::task_not_found(id))?;
             let action = match view.state {
                 s if s.is_terminal() => {
                     return Err(RpcError::unsupported(
@@ -216,11 +231,23 @@ async fn send(ctx: &Ctx, params: Value, streaming: bool) -> Result<Answer, RpcEr
             turn = outcome.turn_id.or(turn);
         }
         Action::Inject => {
-            node.inject(&session_id, "steer", &Value::Array(blocks.clone()), &ctx.actor)
-                .await?;
+            node.inject(
+                &session_id,
+                "steer",
+                &Value::Array(blocks.clone()),
+                &ctx.actor,
+            )
+            .await?;
         }
         Action::Prompt => {
-            let started = start_prompt(ctx, &session_id, &mut follower, Prompt(blocks.clone()), &message.message_id).await;
+            let started = start_prompt(
+                ctx,
+                &session_id,
+                &mut follower,
+                Prompt(blocks.clone()),
+                &message.message_id,
+            )
+            .await;
             turn = Some(match started {
                 Ok(turn) => turn,
                 // An idle parked context: the message resumes it, starting
@@ -295,7 +322,10 @@ async fn ensure_context(ctx: &Ctx, session_id: &SessionId) -> Result<(), RpcErro
     })?;
     let cwd = ctx.shared.options.workspace_root.join(&session_id.0);
     std::fs::create_dir_all(&cwd).map_err(|e| {
-        RpcError::internal(format!("cannot create the context's directory {}: {e}", cwd.display()))
+        RpcError::internal(format!(
+            "cannot create the context's directory {}: {e}",
+            cwd.display()
+        ))
     })?;
     let created = node
         .new_session(NewSession {
@@ -310,7 +340,9 @@ async fn ensure_context(ctx: &Ctx, session_id: &SessionId) -> Result<(), RpcErro
     match created {
         Ok(_) => Ok(()),
         // Created meanwhile by a racing request: use it.
-        Err(ControlError::InvalidParams { .. }) if node.ensure_exists(session_id).await.is_ok() => Ok(()),
+        Err(ControlError::InvalidParams { .. }) if node.ensure_exists(session_id).await.is_ok() => {
+            Ok(())
+        }
         Err(ControlError::InvalidParams { reason, .. }) => {
             Err(RpcError::invalid_params("message.contextId", reason))
         }
@@ -415,7 +447,9 @@ fn stream_task(
             if s.done {
                 return None;
             }
-            let ends = |v: &TaskView, stop: bool| v.state.is_terminal() || (stop && v.state.is_interrupted());
+            let ends = |v: &TaskView, stop: bool| {
+                v.state.is_terminal() || (stop && v.state.is_interrupted())
+            };
             if !s.started {
                 s.started = true;
                 let Some(view) = s.follower.projection.task(&s.turn) else {
@@ -423,7 +457,8 @@ fn stream_task(
                 };
                 s.done = ends(view, s.stop_when_interrupted);
                 let task = StreamResponse::Task(view.to_task(s.history, true));
-                s.queue.push_back(serde_json::to_value(task).unwrap_or(Value::Null));
+                s.queue
+                    .push_back(serde_json::to_value(task).unwrap_or(Value::Null));
                 continue;
             }
             let Some(changes) = s.follower.next().await else {
@@ -462,7 +497,8 @@ fn stream_task(
                         last_chunk,
                     }),
                 };
-                s.queue.push_back(serde_json::to_value(event).unwrap_or(Value::Null));
+                s.queue
+                    .push_back(serde_json::to_value(event).unwrap_or(Value::Null));
             }
         }
     });
@@ -484,7 +520,10 @@ async fn subscribe(ctx: &Ctx, params: Value) -> Result<Answer, RpcError> {
         .ok_or_else(|| RpcError::task_not_found(&request.id))?;
     if view.state.is_terminal() {
         return Err(RpcError::unsupported(
-            format!("task {} is in a terminal state; there is nothing to subscribe to", request.id),
+            format!(
+                "task {} is in a terminal state; there is nothing to subscribe to",
+                request.id
+            ),
             "task_terminal",
             &[("taskId", request.id.clone())],
         ));
@@ -522,7 +561,9 @@ async fn cancel_task(ctx: &Ctx, params: Value) -> Result<Value, RpcError> {
     let wait = Duration::from_millis(ctx.shared.options.cancel_wait_ms);
     let _ = tokio::time::timeout(
         wait,
-        wait_for(&mut follower, &turn, |v| v.is_some_and(|v| v.state.is_terminal())),
+        wait_for(&mut follower, &turn, |v| {
+            v.is_some_and(|v| v.state.is_terminal())
+        }),
     )
     .await;
     let view = follower
@@ -534,11 +575,14 @@ async fn cancel_task(ctx: &Ctx, params: Value) -> Result<Value, RpcError> {
 
 /// A `ListTasks` cursor: the last task of the previous page.
 fn encode_token(at: &DateTime<Utc>, id: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}|{id}", at.timestamp_micros()))
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(format!("{}|{id}", at.timestamp_micros()))
 }
 
 fn decode_token(token: &str) -> Option<(i64, String)> {
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).ok()?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()?;
     let text = String::from_utf8(bytes).ok()?;
     let (micros, id) = text.split_once('|')?;
     Some((micros.parse().ok()?, id.to_owned()))
@@ -562,7 +606,10 @@ async fn list_tasks(ctx: &Ctx, params: Value) -> Result<Value, RpcError> {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s == "TASK_STATE_UNSPECIFIED" || s.is_empty() => None,
         Some(v) => Some(serde_json::from_value(v.clone()).map_err(|_| {
-            RpcError::invalid_params("status", format!("{v} is not a TaskState (TASK_STATE_WORKING, …)"))
+            RpcError::invalid_params(
+                "status",
+                format!("{v} is not a TaskState (TASK_STATE_WORKING, …)"),
+            )
         })?),
     };
     let after: Option<DateTime<Utc>> = match &request.status_timestamp_after {
@@ -575,10 +622,9 @@ async fn list_tasks(ctx: &Ctx, params: Value) -> Result<Value, RpcError> {
     };
     let cursor = match request.page_token.as_deref() {
         None | Some("") => None,
-        Some(token) => Some(
-            decode_token(token)
-                .ok_or_else(|| RpcError::invalid_params("pageToken", "not a token this server issued"))?,
-        ),
+        Some(token) => Some(decode_token(token).ok_or_else(|| {
+            RpcError::invalid_params("pageToken", "not a token this server issued")
+        })?),
     };
     let node = &ctx.shared.node;
     let sessions: Vec<SessionId> = match &request.context_id {
@@ -604,10 +650,17 @@ async fn list_tasks(ctx: &Ctx, params: Value) -> Result<Value, RpcError> {
             Err(ControlError::UnknownSession { .. }) => continue,
             Err(e) => return Err(e.into()),
         };
-        let projection = SessionProjection::from_events(session_id, events.iter().map(|(i, r)| (*i, r)));
-        matches.extend(projection.tasks().iter().filter(|v| {
-            status.is_none_or(|s| v.state == s) && after.is_none_or(|a| v.updated_at > a)
-        }).cloned());
+        let projection =
+            SessionProjection::from_events(session_id, events.iter().map(|(i, r)| (*i, r)));
+        matches.extend(
+            projection
+                .tasks()
+                .iter()
+                .filter(|v| {
+                    status.is_none_or(|s| v.state == s) && after.is_none_or(|a| v.updated_at > a)
+                })
+                .cloned(),
+        );
     }
     // Most recently updated first; the id breaks ties (a total order the
     // cursor can resume from).
@@ -621,7 +674,11 @@ async fn list_tasks(ctx: &Ctx, params: Value) -> Result<Value, RpcError> {
             matches.partition_point(|v| key(v) <= last)
         }
     };
-    let page: Vec<&TaskView> = matches.iter().skip(start).take(page_size as usize).collect();
+    let page: Vec<&TaskView> = matches
+        .iter()
+        .skip(start)
+        .take(page_size as usize)
+        .collect();
     let next = if start + page.len() < total {
         page.last()
             .map(|v| encode_token(&v.updated_at, &v.id()))

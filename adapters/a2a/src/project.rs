@@ -241,7 +241,8 @@ impl SessionProjection {
                             parts: vec![Part::text(text.clone())],
                             metadata: None,
                         });
-                        let message = view.agent_message(artifact_id.clone(), vec![Part::text(text.clone())]);
+                        let message =
+                            view.agent_message(artifact_id.clone(), vec![Part::text(text.clone())]);
                         view.history.push(message);
                         view.open_text = Some((view.artifacts.len() - 1, view.history.len() - 1));
                         (false, artifact_id)
@@ -310,7 +311,8 @@ impl SessionProjection {
                     parts.push(Part::text(text.clone()));
                 }
                 parts.push(Part::data(json!({"toolCall": call})));
-                let message = view.agent_message(format!("{}-event-{event_id}", view.turn_id.0), parts);
+                let message =
+                    view.agent_message(format!("{}-event-{event_id}", view.turn_id.0), parts);
                 view.set_status(TaskState::Working, Some(message), at);
                 out.push((view.turn_id.clone(), Change::Status));
                 if *status == ToolCallStatus::Completed {
@@ -449,8 +451,10 @@ impl SessionProjection {
                 view.close_text();
                 view.berth.remove("suspension");
                 view.berth.remove("permission");
-                view.berth
-                    .insert("terminal".into(), serde_json::to_value(terminal).unwrap_or(Value::Null));
+                view.berth.insert(
+                    "terminal".into(),
+                    serde_json::to_value(terminal).unwrap_or(Value::Null),
+                );
                 let state = match terminal.kind {
                     TerminalKind::Completed => TaskState::Completed,
                     TerminalKind::Refusal => TaskState::Rejected,
@@ -539,7 +543,9 @@ mod tests {
                 raw_output: None,
                 content: None,
             }),
-            rec(SessionEvent::AgentMessageChunk { text: "Done".into() }),
+            rec(SessionEvent::AgentMessageChunk {
+                text: "Done".into(),
+            }),
         ];
         let mut p = SessionProjection::new(SessionId("s".into()));
         let mut changes = Vec::new();
@@ -554,10 +560,16 @@ mod tests {
         assert_eq!(artifacts.len(), 3);
         assert_eq!(artifacts[0].parts[0].text.as_deref(), Some("Hello"));
         assert_eq!(artifacts[1].parts[0].filename.as_deref(), Some("out.txt"));
-        assert_eq!(artifacts[1].parts[0].media_type.as_deref(), Some("text/plain"));
+        assert_eq!(
+            artifacts[1].parts[0].media_type.as_deref(),
+            Some("text/plain")
+        );
         assert_eq!(artifacts[2].parts[0].text.as_deref(), Some("Done"));
         assert_eq!(task.history.as_ref().unwrap().len(), 3);
-        assert_eq!(task.status.timestamp.as_deref(), Some("2023-11-14T22:13:20.123Z"));
+        assert_eq!(
+            task.status.timestamp.as_deref(),
+            Some("2023-11-14T22:13:20.123Z")
+        );
         let appends: Vec<bool> = changes
             .iter()
             .filter_map(|(_, c)| match c {
@@ -613,6 +625,9 @@ mod tests {
         let task = p.task(&turn).unwrap().to_task(Some(0), false);
         assert_eq!(task.status.state, TaskState::Rejected);
         assert!(task.history.is_none() && task.artifacts.is_none());
-        assert_eq!(task.metadata.unwrap()["berth"]["terminal"]["kind"], "refusal");
+        assert_eq!(
+            task.metadata.unwrap()["berth"]["terminal"]["kind"],
+            "refusal"
+        );
     }
 }

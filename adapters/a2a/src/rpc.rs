@@ -35,7 +35,10 @@ pub(crate) enum Answer {
 fn json_response(status: StatusCode, body: Value) -> Response {
     (
         status,
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         body.to_string(),
     )
         .into_response()
@@ -109,7 +112,9 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
             .unwrap_or("")
             .trim()
             .to_ascii_lowercase();
-        if essence != "application/json" && !(essence.starts_with("application/") && essence.ends_with("+json")) {
+        if essence != "application/json"
+            && !(essence.starts_with("application/") && essence.ends_with("+json"))
+        {
             let e = RpcError::a2a(
                 A2aErrorKind::ContentTypeNotSupported,
                 format!("requests must be application/json, not {essence}"),
@@ -260,9 +265,18 @@ mod tests {
     #[test]
     fn envelopes() {
         assert_eq!(classify(&json!([])).unwrap_err().1.code, -32600);
-        assert_eq!(classify(&json!({"jsonrpc": "2.0", "method": "X"})).unwrap_err().1.code, -32600);
         assert_eq!(
-            classify(&json!({"jsonrpc": "1.0", "id": 1, "method": "X"})).unwrap_err().1.code,
+            classify(&json!({"jsonrpc": "2.0", "method": "X"}))
+                .unwrap_err()
+                .1
+                .code,
+            -32600
+        );
+        assert_eq!(
+            classify(&json!({"jsonrpc": "1.0", "id": 1, "method": "X"}))
+                .unwrap_err()
+                .1
+                .code,
             -32600
         );
         assert_eq!(
@@ -274,6 +288,9 @@ mod tests {
         );
         let (id, method, params) =
             classify(&json!({"jsonrpc": "2.0", "id": "a", "method": "GetTask"})).unwrap();
-        assert_eq!((id, method.as_str(), params), (json!("a"), "GetTask", json!({})));
+        assert_eq!(
+            (id, method.as_str(), params),
+            (json!("a"), "GetTask", json!({}))
+        );
     }
 }

@@ -23,7 +23,9 @@ fn int_or_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, 
             .parse()
             .map(Some)
             .map_err(|_| serde::de::Error::custom(format!("{s:?} is not an integer"))),
-        Some(other) => Err(serde::de::Error::custom(format!("{other} is not an integer"))),
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "{other} is not an integer"
+        ))),
     }
 }
 
@@ -121,7 +123,11 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extensions: Vec<String>,
     /// Tasks this message refers to.
-    #[serde(alias = "reference_task_ids", default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        alias = "reference_task_ids",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub reference_task_ids: Vec<String>,
 }
 

@@ -80,15 +80,23 @@ fn assert_a2a(answer: &Value, code: i64, reason: &str) -> Value {
     assert_eq!(error["code"], code, "{answer}");
     assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
     let info = &error["data"][0];
-    assert_eq!(info["@type"], "type.googleapis.com/google.rpc.ErrorInfo", "{answer}");
+    assert_eq!(
+        info["@type"], "type.googleapis.com/google.rpc.ErrorInfo",
+        "{answer}"
+    );
     assert_eq!(info["domain"], "a2a-protocol.org");
     assert_eq!(info["reason"], reason, "{answer}");
-    assert!(info["metadata"].as_object().unwrap().values().all(Value::is_string));
+    assert!(info["metadata"]
+        .as_object()
+        .unwrap()
+        .values()
+        .all(Value::is_string));
     info["metadata"].clone()
 }
 
 fn user(text: &str, extra: Value) -> Value {
-    let mut m = json!({"role": "ROLE_USER", "messageId": format!("m-{text}"), "parts": [{"text": text}]});
+    let mut m =
+        json!({"role": "ROLE_USER", "messageId": format!("m-{text}"), "parts": [{"text": text}]});
     m.as_object_mut()
         .unwrap()
         .extend(extra.as_object().unwrap().clone());
@@ -100,25 +108,49 @@ async fn a2a_errors_carry_their_codes_and_error_info() {
     let s = start().await;
     // -32001: unknown and malformed task ids.
     for id in ["turn_x.ctx_missing", "not-a-task-id"] {
-        let meta = assert_a2a(&s.call("GetTask", json!({"id": id})).await, -32001, "TASK_NOT_FOUND");
+        let meta = assert_a2a(
+            &s.call("GetTask", json!({"id": id})).await,
+            -32001,
+            "TASK_NOT_FOUND",
+        );
         assert_eq!(meta["taskId"], id);
-        assert_a2a(&s.call("CancelTask", json!({"id": id})).await, -32001, "TASK_NOT_FOUND");
-        assert_a2a(&s.call("SubscribeToTask", json!({"id": id})).await, -32001, "TASK_NOT_FOUND");
-        assert_a2a(&s.send(user("hello", json!({"taskId": id}))).await, -32001, "TASK_NOT_FOUND");
+        assert_a2a(
+            &s.call("CancelTask", json!({"id": id})).await,
+            -32001,
+            "TASK_NOT_FOUND",
+        );
+        assert_a2a(
+            &s.call("SubscribeToTask", json!({"id": id})).await,
+            -32001,
+            "TASK_NOT_FOUND",
+        );
+        assert_a2a(
+            &s.send(user("hello", json!({"taskId": id}))).await,
+            -32001,
+            "TASK_NOT_FOUND",
+        );
     }
     // A completed task: -32002 to cancel, -32004 to send and subscribe.
     let done = s.send(user("hello", json!({}))).await;
     let task = &done["result"]["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
     let id = task["id"].as_str().unwrap();
-    assert_a2a(&s.call("CancelTask", json!({"id": id})).await, -32002, "TASK_NOT_CANCELABLE");
+    assert_a2a(
+        &s.call("CancelTask", json!({"id": id})).await,
+        -32002,
+        "TASK_NOT_CANCELABLE",
+    );
     let meta = assert_a2a(
         &s.send(user("again", json!({"taskId": id}))).await,
         -32004,
         "UNSUPPORTED_OPERATION",
     );
     assert_eq!(meta["berthReason"], "task_terminal");
-    assert_a2a(&s.call("SubscribeToTask", json!({"id": id})).await, -32004, "UNSUPPORTED_OPERATION");
+    assert_a2a(
+        &s.call("SubscribeToTask", json!({"id": id})).await,
+        -32004,
+        "UNSUPPORTED_OPERATION",
+    );
     // -32003: every push-notification method.
     for method in [
         "CreateTaskPushNotificationConfig",
@@ -126,14 +158,29 @@ async fn a2a_errors_carry_their_codes_and_error_info() {
         "ListTaskPushNotificationConfigs",
         "DeleteTaskPushNotificationConfig",
     ] {
-        assert_a2a(&s.call(method, json!({"taskId": id})).await, -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED");
+        assert_a2a(
+            &s.call(method, json!({"taskId": id})).await,
+            -32003,
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        );
     }
     let push = json!({"message": user("hello", json!({})), "configuration": {"taskPushNotificationConfig": {"url": "http://127.0.0.1:1/"}}});
-    assert_a2a(&s.call("SendMessage", push).await, -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED");
+    assert_a2a(
+        &s.call("SendMessage", push).await,
+        -32003,
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+    );
     // -32004: no extended card.
-    assert_a2a(&s.call("GetExtendedAgentCard", json!({})).await, -32004, "UNSUPPORTED_OPERATION");
+    assert_a2a(
+        &s.call("GetExtendedAgentCard", json!({})).await,
+        -32004,
+        "UNSUPPORTED_OPERATION",
+    );
     // -32005: bytes that are not text, and a body that is not JSON.
-    let binary = user("x", json!({"parts": [{"raw": "//4A", "mediaType": "image/png"}]}));
+    let binary = user(
+        "x",
+        json!({"parts": [{"raw": "//4A", "mediaType": "image/png"}]}),
+    );
     assert_a2a(&s.send(binary).await, -32005, "CONTENT_TYPE_NOT_SUPPORTED");
     let response = s
         .http
@@ -202,18 +249,25 @@ async fn standard_errors_name_what_was_wrong_and_change_nothing() {
         .await
         .unwrap();
     assert_eq!(answer["error"]["code"], -32600);
-    let answer = s.call("GetTask", json!({"id": "turn_x.y", "historyLength": -1})).await;
+    let answer = s
+        .call("GetTask", json!({"id": "turn_x.y", "historyLength": -1}))
+        .await;
     assert_eq!(answer["error"]["code"], -32602);
     assert_eq!(answer["error"]["data"]["field"], "historyLength");
     let answer = s.call("ListTasks", json!({"pageSize": 150})).await;
     assert_eq!(answer["error"]["data"]["field"], "pageSize", "{answer}");
-    let answer = s.call("ListTasks", json!({"status": "TASK_STATE_RUNNING"})).await;
+    let answer = s
+        .call("ListTasks", json!({"status": "TASK_STATE_RUNNING"}))
+        .await;
     assert_eq!(answer["error"]["data"]["field"], "status", "{answer}");
     let answer = s.call("Nope", json!({})).await;
     assert_eq!(answer["error"]["code"], -32601);
     // Refused sends create no context and no task.
     let bad = [
-        user("hello", json!({"contextId": "ctx-a", "parts": [{"text": "a", "url": "b"}]})),
+        user(
+            "hello",
+            json!({"contextId": "ctx-a", "parts": [{"text": "a", "url": "b"}]}),
+        ),
         user("hello", json!({"contextId": "ctx-b", "role": "ROLE_AGENT"})),
         user("hello", json!({"contextId": "../escape"})),
         user("hello", json!({"contextId": "ctx-c", "parts": []})),
@@ -244,8 +298,13 @@ async fn standard_errors_name_what_was_wrong_and_change_nothing() {
 #[tokio::test]
 async fn client_context_ids_name_sessions_and_tasks_are_listed_newest_first() {
     let s = start().await;
-    let first = s.send(user("hello", json!({"contextId": "my-context"}))).await;
-    assert_eq!(first["result"]["task"]["contextId"], "my-context", "{first}");
+    let first = s
+        .send(user("hello", json!({"contextId": "my-context"})))
+        .await;
+    assert_eq!(
+        first["result"]["task"]["contextId"], "my-context",
+        "{first}"
+    );
     let second = s
         .send(json!({"role": "ROLE_USER", "messageId": "m2", "contextId": "my-context", "parts": [{"text": "hello"}]}))
         .await;
@@ -255,11 +314,17 @@ async fn client_context_ids_name_sessions_and_tasks_are_listed_newest_first() {
     ];
     // A mismatching contextId for a task is refused.
     let answer = s
-        .send(user("hello", json!({"taskId": ids[0], "contextId": "other"})))
+        .send(user(
+            "hello",
+            json!({"taskId": ids[0], "contextId": "other"}),
+        ))
         .await;
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
     let page = s
-        .call("ListTasks", json!({"contextId": "my-context", "pageSize": 1}))
+        .call(
+            "ListTasks",
+            json!({"contextId": "my-context", "pageSize": 1}),
+        )
         .await;
     let result = &page["result"];
     assert_eq!(result["totalSize"], 2, "{page}");
@@ -275,5 +340,8 @@ async fn client_context_ids_name_sessions_and_tasks_are_listed_newest_first() {
         .await;
     assert_eq!(page["result"]["tasks"][0]["id"], ids[1].as_str(), "{page}");
     assert_eq!(page["result"]["nextPageToken"], "");
-    assert_eq!(page["result"]["tasks"][0]["artifacts"][0]["parts"][0]["text"], "Hello.");
+    assert_eq!(
+        page["result"]["tasks"][0]["artifacts"][0]["parts"][0]["text"],
+        "Hello."
+    );
 }

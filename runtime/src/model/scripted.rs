@@ -492,6 +492,57 @@ mod tests {
         assert!(err.contains("jump") || err.contains("variant"), "{err}");
     }
 
+    #[tokio::test]
+    async fn resume_input_is_input_matches_the_resumed_park_result() {
+        let script = r#"
+            resume_input_is_input = true
+            [[rules]]
+            match = "park"
+            steps = [
+              { tool_call = { name = "await_resumption", arguments = { reason = "r" } } },
+              { text = "after the park" },
+            ]
+            [[rules]]
+            match = "blue"
+            steps = [{ text = "blue it is" }]
+        "#;
+        let park = ToolCallRequest {
+            id: ToolCallId("c1".into()),
+            name: crate::tools::await_resumption::NAME.into(),
+            arguments: serde_json::json!({"reason": "r"}),
+        };
+        let resumed = |content: &str| {
+            let mut r = request("park", 0);
+            r.turn_messages.push(Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![park.clone()],
+            });
+            r.turn_messages.push(Message::Tool {
+                tool_call_id: park.id.clone(),
+                content: content.into(),
+                is_error: false,
+            });
+            r
+        };
+        let with = |flag: bool| {
+            ScriptedModel::parse(&script.replace("= true", &format!("= {flag}")), "toml", "t")
+                .unwrap()
+        };
+        let answer = |model: ScriptedModel, r: ModelRequest| async move {
+            let (tx, _rx) = mpsc::unbounded_channel();
+            model.complete(&r, tx).await.unwrap().text
+        };
+        // The resume input picks the rule and restarts its pieces…
+        let text = answer(with(true), resumed("resumed (x) with input: blue")).await;
+        assert_eq!(text, "blue it is");
+        // …or, with no rule for it, the fallback answers it.
+        let text = answer(with(true), resumed("resumed (x) with input: green")).await;
+        assert!(text.contains("no rule matches"), "{text}");
+        // Without the flag the park's rule plays on.
+        let text = answer(with(false), resumed("resumed (x) with input: blue")).await;
+        assert_eq!(text, "after the park");
+    }
+
     #[test]
     fn demo_script_parses() {
         let demo = ScriptedModel::demo();
