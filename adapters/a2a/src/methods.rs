@@ -452,9 +452,7 @@ fn stream_task(
             };
             if !s.started {
                 s.started = true;
-                let Some(view) = s.follower.projection.task(&s.turn) else {
-                    return None;
-                };
+                let view = s.follower.projection.task(&s.turn)?;
                 s.done = ends(view, s.stop_when_interrupted);
                 let task = StreamResponse::Task(view.to_task(s.history, true));
                 s.queue

@@ -523,7 +523,7 @@ mod tests {
     #[test]
     fn a_turn_folds_into_a_task() {
         let turn = TurnId("turn_1".into());
-        let events = vec![
+        let events = [
             rec(SessionEvent::TurnStarted {
                 turn_id: turn.clone(),
                 prompt: Prompt::text("hi"),

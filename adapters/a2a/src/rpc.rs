@@ -198,6 +198,7 @@ fn busy(limit: usize) -> Response {
 /// Checks the JSON-RPC 2.0 envelope: an object with `jsonrpc: "2.0"`, a
 /// string `method`, an `id` (string, number or null: every A2A method is a
 /// request) and optional object `params`.
+#[allow(clippy::result_large_err)] // built once per request, never propagated
 fn classify(envelope: &Value) -> Result<(Value, String, Value), (Value, RpcError)> {
     let Some(object) = envelope.as_object() else {
         let detail = if envelope.is_array() {
