@@ -25,6 +25,17 @@
 //! max_frame_bytes = 8388608        # longest accepted line (bytes)
 //! max_in_flight = 64               # concurrent requests per connection
 //!
+//! [a2a]                            # the A2A 1.0 endpoint (served with --listen or `listen`)
+//! listen = "127.0.0.1:9999"        # HTTP address (loopback by default; no auth of its own)
+//! public_url = "http://127.0.0.1:9999/"   # JSON-RPC URL on the agent card [default: http://<Host>/]
+//! name = "berth"                   # agent card name / description
+//! message_ids_in_prompt = false    # prefix prompts with [a2a messageId: …] (the TCK profile needs it)
+//! [[a2a.skills]]                   # agent card skills (default: one "session" skill)
+//! id = "review"
+//! name = "Code review"
+//! description = "Reviews a change"
+//! tags = ["code"]
+//!
 //! [openai]                         # used when model = "openai:MODEL"
 //! base_url = "http://127.0.0.1:8000/v1"   # default: $OPENAI_BASE_URL or https://api.openai.com/v1
 //! api_key_env = "OPENAI_API_KEY"   # env var holding the key (never the key itself)
@@ -66,6 +77,26 @@ pub struct ServeArgs {
     /// (`session/request_permission`); repeatable, e.g. `--require-approval shell`.
     #[arg(long = "require-approval", value_name = "TOOL")]
     pub require_approval: Vec<String>,
+    /// Serve A2A 1.0 (JSON-RPC + SSE, agent card) over HTTP on this address,
+    /// e.g. `127.0.0.1:9999`; stdin closing then no longer stops the server.
+    #[arg(long, env = "BERTH_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Put `[a2a messageId: …]` in front of each A2A prompt the model reads
+    /// (for the A2A TCK profile script).
+    #[arg(long)]
+    pub a2a_message_ids_in_prompt: bool,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct A2aSection {
+    listen: Option<String>,
+    public_url: Option<String>,
+    name: Option<String>,
+    description: Option<String>,
+    message_ids_in_prompt: Option<bool>,
+    #[serde(default)]
+    skills: Vec<berth_a2a::AgentSkill>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -97,6 +128,8 @@ pub struct FileConfig {
     #[serde(default)]
     acp: AcpSection,
     #[serde(default)]
+    a2a: A2aSection,
+    #[serde(default)]
     openai: OpenAiSection,
     /// `[[budgets]]`: budget policies (limits for all sessions or a label).
     #[serde(default)]
@@ -116,6 +149,8 @@ pub struct Settings {
     pub completion_judge: bool,
     pub require_approval: Vec<String>,
     pub acp: ServeOptions,
+    /// The A2A listener address and adapter options (`None`: no A2A).
+    pub a2a: Option<(String, berth_a2a::A2aOptions)>,
     pub budgets: Vec<BudgetPolicy>,
     pub prices: HashMap<String, Price>,
 }
@@ -165,12 +200,29 @@ impl FileConfig {
         if acp.max_in_flight == 0 || acp.max_frame_bytes == 0 {
             anyhow::bail!("max_in_flight and max_frame_bytes must be at least 1");
         }
+        let data_dir = args
+            .data_dir
+            .clone()
+            .or(self.data_dir)
+            .unwrap_or_else(|| PathBuf::from("berth-data"));
+        let a2a = args.listen.clone().or(self.a2a.listen).map(|addr| {
+            let mut options = berth_a2a::A2aOptions::new(data_dir.join("a2a-contexts"));
+            options.public_url = self.a2a.public_url;
+            if let Some(name) = self.a2a.name {
+                options.name = name;
+            }
+            if let Some(description) = self.a2a.description {
+                options.description = description;
+            }
+            if !self.a2a.skills.is_empty() {
+                options.skills = self.a2a.skills;
+            }
+            options.message_ids_in_prompt =
+                args.a2a_message_ids_in_prompt || self.a2a.message_ids_in_prompt.unwrap_or(false);
+            (addr, options)
+        });
         Ok(Settings {
-            data_dir: args
-                .data_dir
-                .clone()
-                .or(self.data_dir)
-                .unwrap_or_else(|| PathBuf::from("berth-data")),
+            data_dir,
             model,
             max_model_calls: self.max_model_calls.unwrap_or(50).max(1),
             quick_repair: self.quick_repair.unwrap_or(false),
@@ -186,6 +238,7 @@ impl FileConfig {
                 args.require_approval.clone()
             },
             acp,
+            a2a,
             budgets: self.budgets,
             prices: self.prices,
         })

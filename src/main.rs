@@ -271,11 +271,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             None => std::future::pending().await,
         }
     };
+    let listening = settings.a2a.is_some();
+    let a2a = serve_a2a(node.clone(), settings.a2a);
+    let stdio = async {
+        let served = berth_acp::transport::stdio::serve_stdio(node.clone(), settings.acp).await;
+        // With an A2A listener berth is a server: stdin closing ends ACP on
+        // stdio, not the process.
+        if listening && served.is_ok() {
+            std::future::pending::<()>().await;
+        }
+        served
+    };
     let served = tokio::select! {
         served = local => served.context("control socket failed"),
-        served = berth_acp::transport::stdio::serve_stdio(node.clone(), settings.acp) => {
-            served.context("stdio transport failed")
-        }
+        served = a2a => served,
+        served = stdio => served.context("stdio transport failed"),
         signal = shutdown_signal() => {
             tracing::info!(signal = %signal?, "shutting down: running turns are sealed at the next start");
             Ok(())
@@ -285,6 +295,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // running stays open in the journal and is sealed at the next start.
     node.shutdown().await;
     served
+}
+
+/// Serves the A2A router on `addr` (pending forever without one). The
+/// shared HTTP listener will take this over; kept to this one function.
+async fn serve_a2a(node: Node, a2a: Option<(String, berth_a2a::A2aOptions)>) -> anyhow::Result<()> {
+    let Some((addr, options)) = a2a else {
+        return std::future::pending().await;
+    };
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (--listen)"))?;
+    let local = listener.local_addr()?;
+    tracing::info!(addr = %local, "berth serving A2A 1.0 (JSON-RPC + SSE)");
+    // One plain stderr line tools can wait for (stdout carries only ACP).
+    eprintln!("berth: A2A listening on http://{local}/");
+    axum::serve(listener, berth_a2a::router(node, options))
+        .await
+        .context("the A2A listener failed")
 }
 
 /// The control socket's file name in the data dir.

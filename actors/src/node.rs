@@ -93,6 +93,35 @@ fn log_firing(firing: &Firing, result: Result<(), ControlError>) {
     }
 }
 
+/// Serializes the creation of sessions with client-chosen ids.
+static CLIENT_ID_CREATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Longest client-chosen session id (characters).
+pub const MAX_CLIENT_SESSION_ID: usize = 128;
+
+/// Checks a client-chosen session id: 1 to [`MAX_CLIENT_SESSION_ID`]
+/// characters of `A-Za-z0-9._:-`, and not `.` or `..` (ids name directories).
+///
+/// # Errors
+/// [`ControlError::InvalidParams`] naming `sessionId`.
+pub fn validate_session_id(id: &SessionId) -> Result<(), ControlError> {
+    let s = id.0.as_str();
+    if s.is_empty()
+        || s.len() > MAX_CLIENT_SESSION_ID
+        || s == "."
+        || s == ".."
+        || !s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
+    {
+        return Err(ControlError::invalid(
+            "sessionId",
+            &format!("must be 1 to {MAX_CLIENT_SESSION_ID} characters of A-Z a-z 0-9 . _ : - (and not . or ..)"),
+        ));
+    }
+    Ok(())
+}
+
 /// The default (and only) session mode id.
 pub const DEFAULT_MODE_ID: &str = "default";
 
@@ -109,6 +138,10 @@ pub struct NewSession {
     pub parent_session_id: Option<SessionId>,
     /// Labels (each 1–64 of `A-Za-z0-9._:-`, at most 32).
     pub labels: Vec<String>,
+    /// A client-chosen id (an A2A `contextId`): 1–128 of `A-Za-z0-9._:-`,
+    /// not `.`/`..`, and not the id of an existing session. `None`: berth
+    /// generates `sess_<uuid>`.
+    pub session_id: Option<SessionId>,
 }
 
 /// How a prompt turn ended.
@@ -214,6 +247,9 @@ pub struct ResumeParams {
     pub actor: String,
     /// For a scheduled wake-up: how late it fired (ms after due).
     pub lateness_ms: Option<u64>,
+    /// The id of the client message carrying `input` (an A2A `messageId`);
+    /// journaled with the `resumed` event.
+    pub message_id: Option<String>,
 }
 
 /// Answer to a resume claim.
@@ -667,6 +703,7 @@ impl Node {
                     cause,
                     actor: "scheduler".into(),
                     lateness_ms: Some(firing.lateness_ms),
+                    message_id: None,
                 },
             )
             .await;
@@ -779,6 +816,7 @@ impl Node {
                         cause: ResumeCause::ExternalEvent,
                         actor: format!("event:{}", event.name),
                         lateness_ms: None,
+                        message_id: None,
                     },
                 )
                 .await;
@@ -910,9 +948,30 @@ impl Node {
                 ));
             }
         }
+        // A client-chosen id is checked and taken under one lock, so two
+        // racing creations of the same id cannot both write a record.
+        let _creating = match &params.session_id {
+            Some(id) => {
+                validate_session_id(id)?;
+                let guard = CLIENT_ID_CREATION.lock().await;
+                if self.registry.get_live(id).await.is_some()
+                    || self.env.journal.session(id)?.is_some()
+                {
+                    return Err(ControlError::invalid(
+                        "sessionId",
+                        &format!("a session {id} already exists"),
+                    ));
+                }
+                Some(guard)
+            }
+            None => None,
+        };
         let now = self.env.config.clock.now();
         let record = SessionRecord {
-            session_id: SessionId(self.env.config.ids.new_id("sess")),
+            session_id: params
+                .session_id
+                .clone()
+                .unwrap_or_else(|| SessionId(self.env.config.ids.new_id("sess"))),
             cwd: params.cwd,
             additional_directories: params.additional_directories,
             mcp_servers: params.mcp_servers,
@@ -1267,6 +1326,24 @@ impl Node {
             }
             None => self.env.passivated.detach(id, watcher_id),
         }
+    }
+
+    /// Every durable event of a session with id above `after`, in order
+    /// (read from the journal; a passivated session is not woken).
+    ///
+    /// # Errors
+    /// `UnknownSession`; `Storage`.
+    pub fn session_events(
+        &self,
+        id: &SessionId,
+        after: EventId,
+    ) -> Result<Vec<(EventId, berth_runtime::event::EventRecord)>, ControlError> {
+        if self.env.journal.session(id)?.is_none() {
+            return Err(ControlError::UnknownSession {
+                session_id: id.clone(),
+            });
+        }
+        Ok(self.env.journal.events(id, after)?)
     }
 
     /// One page of sessions in id order after `cursor`, optionally only those

@@ -91,6 +91,7 @@ mod tests {
                 mcp_servers: vec![],
                 parent_session_id: None,
                 labels: vec![],
+                session_id: None,
             })
             .await
             .unwrap();

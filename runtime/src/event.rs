@@ -243,6 +243,14 @@ pub enum SessionEvent {
         /// time; large when it came due while berth was down).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lateness_ms: Option<u64>,
+        /// The input fed to the resume waitpoint, as given (absent without
+        /// input, and in events journaled before berth recorded it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<Value>,
+        /// The id of the client message that carried the input (an A2A
+        /// `messageId`), when the resumer gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message_id: Option<String>,
     },
     /// A suspension was cancelled (`session/close` while suspended); its
     /// handle can no longer be resumed. Renders as `_berth/agentEvent`.

@@ -164,6 +164,7 @@ mod tests {
                 mcp_servers: vec![],
                 parent_session_id: None,
                 labels: vec![],
+                session_id: None,
             })
             .await
             .unwrap()
@@ -200,6 +201,7 @@ mod tests {
                         cause: ResumeCause::ExplicitResume,
                         actor: format!("racer-{i}"),
                         lateness_ms: None,
+                        message_id: None,
                     },
                 )
                 .await

@@ -583,6 +583,8 @@ mod tests {
             resumed_at: chrono::Utc::now(),
             turn_id: Some(frame.turn_id.clone()),
             lateness_ms: None,
+            input: None,
+            message_id: None,
         });
         let (recovered, _) = recover_frame(frame.clone(), &events);
         assert!(recovered.park().is_none(), "{recovered:?}");

@@ -26,6 +26,12 @@
 //! ]
 //! ```
 //!
+//! With `resume_input_is_input = true` (top level), the result of a resumed
+//! `await_resumption` call counts as the latest user message: rules match the
+//! resume input (`resumed (…) with input: …`) and the positions count from
+//! it, so a script can branch on what a client resumed the agent with (the
+//! A2A TCK profile `conformance/a2a/tck-profile.toml` does).
+//!
 //! Rules are tried in file order; the first match plays. A rule's steps are cut
 //! into model responses after each `tool_call`/`tool_calls` step (a `usage` or
 //! `stop` step right after one still belongs to it): the *n*-th model call
@@ -119,6 +125,8 @@ struct ScriptFile {
     #[serde(default)]
     fallback: Option<String>,
     #[serde(default)]
+    resume_input_is_input: bool,
+    #[serde(default)]
     rules: Vec<RuleFile>,
 }
 
@@ -141,6 +149,9 @@ pub struct ScriptedModel {
     name: String,
     fallback: String,
     rules: Vec<Rule>,
+    /// `resume_input_is_input = true`: a resumed `await_resumption` result
+    /// counts as the latest input (see the module docs).
+    resume_input_is_input: bool,
 }
 
 impl ScriptedModel {
@@ -200,7 +211,41 @@ impl ScriptedModel {
                 .fallback
                 .unwrap_or_else(|| "(scripted model) no rule matches: {input}".to_owned()),
             rules,
+            resume_input_is_input: file.resume_input_is_input,
         })
+    }
+
+    /// The input the script answers and how many model calls answered it so
+    /// far: the latest user message — or, with `resume_input_is_input`, a
+    /// later result of an `await_resumption` call (the resume input).
+    fn latest_input<'a>(&self, request: &'a ModelRequest) -> (&'a str, u32) {
+        if !self.resume_input_is_input {
+            return (request.latest_user_text(), request.calls_since_user());
+        }
+        let parks: std::collections::HashSet<&ToolCallId> = request
+            .messages()
+            .filter_map(|m| match m {
+                Message::Assistant { tool_calls, .. } => Some(tool_calls),
+                _ => None,
+            })
+            .flatten()
+            .filter(|c| c.name == crate::tools::await_resumption::NAME)
+            .map(|c| &c.id)
+            .collect();
+        let mut answered = 0;
+        for message in request.messages().rev() {
+            match message {
+                Message::User { text } => return (text, answered),
+                Message::Tool {
+                    tool_call_id,
+                    content,
+                    is_error: false,
+                } if parks.contains(tool_call_id) => return (content, answered),
+                Message::Assistant { .. } => answered += 1,
+                _ => {}
+            }
+        }
+        ("", answered)
     }
 
     fn piece_for(&self, input: &str, iteration: u32) -> Vec<Step> {
@@ -300,7 +345,8 @@ impl ModelProvider for ScriptedModel {
                 });
             }
         };
-        for step in self.piece_for(request.latest_user_text(), request.calls_since_user()) {
+        let (input, answered) = self.latest_input(request);
+        for step in self.piece_for(input, answered) {
             match step {
                 Step::Text(t) => {
                     let t = expand(&t, request);
@@ -444,6 +490,57 @@ mod tests {
         let err = ScriptedModel::parse("[[rules]]\nmatch='x'\nsteps=[{jump=1}]", "toml", "t")
             .unwrap_err();
         assert!(err.contains("jump") || err.contains("variant"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn resume_input_is_input_matches_the_resumed_park_result() {
+        let script = r#"
+            resume_input_is_input = true
+            [[rules]]
+            match = "park"
+            steps = [
+              { tool_call = { name = "await_resumption", arguments = { reason = "r" } } },
+              { text = "after the park" },
+            ]
+            [[rules]]
+            match = "blue"
+            steps = [{ text = "blue it is" }]
+        "#;
+        let park = ToolCallRequest {
+            id: ToolCallId("c1".into()),
+            name: crate::tools::await_resumption::NAME.into(),
+            arguments: serde_json::json!({"reason": "r"}),
+        };
+        let resumed = |content: &str| {
+            let mut r = request("park", 0);
+            r.turn_messages.push(Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![park.clone()],
+            });
+            r.turn_messages.push(Message::Tool {
+                tool_call_id: park.id.clone(),
+                content: content.into(),
+                is_error: false,
+            });
+            r
+        };
+        let with = |flag: bool| {
+            ScriptedModel::parse(&script.replace("= true", &format!("= {flag}")), "toml", "t")
+                .unwrap()
+        };
+        let answer = |model: ScriptedModel, r: ModelRequest| async move {
+            let (tx, _rx) = mpsc::unbounded_channel();
+            model.complete(&r, tx).await.unwrap().text
+        };
+        // The resume input picks the rule and restarts its pieces…
+        let text = answer(with(true), resumed("resumed (x) with input: blue")).await;
+        assert_eq!(text, "blue it is");
+        // …or, with no rule for it, the fallback answers it.
+        let text = answer(with(true), resumed("resumed (x) with input: green")).await;
+        assert!(text.contains("no rule matches"), "{text}");
+        // Without the flag the park's rule plays on.
+        let text = answer(with(false), resumed("resumed (x) with input: blue")).await;
+        assert_eq!(text, "after the park");
     }
 
     #[test]

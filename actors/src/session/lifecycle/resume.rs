@@ -89,6 +89,8 @@ async fn claim(
         resumed_at: now,
         turn_id,
         lateness_ms: params.lateness_ms,
+        input: params.input.clone(),
+        message_id: params.message_id.clone(),
     };
     let accepted = receipt(
         state,

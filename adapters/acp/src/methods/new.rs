@@ -83,6 +83,7 @@ pub(crate) async fn new_session(conn: &Connection, mut params: Value) -> Result<
             mcp_servers,
             parent_session_id: parent,
             labels,
+            session_id: None,
         })
         .await?;
     conn.ensure_attached(&record.session_id).await?;
