@@ -10,8 +10,10 @@ use std::sync::Arc;
 use crate::session::lifecycle::scheduled::ScheduledStart;
 use berth_runtime::content::Prompt;
 use berth_runtime::engine::CallCancel;
+use berth_runtime::event::{ControlStatus, SessionEvent};
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::model::Usage;
+use berth_runtime::receipt::TriggerMatch;
 use berth_runtime::steering::Injection;
 use berth_runtime::suspension::{
     DueKind, ExternalEvent, Initiator, OnTimeout, OverlapPolicy, ResumeCause, ResumeConditions,
@@ -212,6 +214,9 @@ pub struct ResumeParams {
     pub actor: String,
     /// For a scheduled wake-up: how late it fired (ms after due).
     pub lateness_ms: Option<u64>,
+    /// The condition that fired it (`None` for an explicit resume); signed
+    /// into the `ResumptionReceipt`.
+    pub trigger: Option<TriggerMatch>,
 }
 
 /// Answer to a resume claim.
@@ -300,6 +305,7 @@ impl Node {
             &config.data_dir.join("journal.redb"),
             JournalOptions {
                 quick_repair: config.quick_repair,
+                keyring: config.receipt_keys.clone(),
             },
         )?;
         let processes = ProcessLedger::open(&config.data_dir.join("processes")).map_err(|e| {
@@ -563,6 +569,13 @@ impl Node {
     async fn fire(&self, firing: Firing) {
         let wakeup = &firing.wakeup;
         let session_id = wakeup.session_id.clone();
+        let trigger = match firing.kind {
+            DueKind::Trigger => TriggerMatch::Time { due_at: firing.due },
+            DueKind::Timeout => TriggerMatch::Timeout {
+                due_at: firing.due,
+                on_timeout: wakeup.on_timeout(),
+            },
+        };
         let (cause, input) = match firing.kind {
             DueKind::Trigger => (ResumeCause::ConditionFired, None),
             DueKind::Timeout => match wakeup.on_timeout() {
@@ -605,6 +618,7 @@ impl Node {
                     cause,
                     actor: "scheduler".into(),
                     lateness_ms: Some(firing.lateness_ms),
+                    trigger: Some(trigger),
                 },
             )
             .await;
@@ -709,6 +723,11 @@ impl Node {
                         cause: ResumeCause::ExternalEvent,
                         actor: format!("event:{}", event.name),
                         lateness_ms: None,
+                        trigger: Some(TriggerMatch::Event {
+                            name: event.name.clone(),
+                            seq,
+                            received_at: event.received_at,
+                        }),
                     },
                 )
                 .await;
@@ -740,6 +759,26 @@ impl Node {
     /// The journal (read access for tools such as benchmarks and replay).
     pub fn journal(&self) -> &Journal {
         &self.env.journal
+    }
+
+    /// A signed `control_outcome` for a control that has no session log to be
+    /// journaled in (it named an unknown session), decided now. Sent to the
+    /// requesting connection only; the signature lets it be verified later
+    /// like a journaled one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn unjournaled_receipt(
+        &self,
+        session_id: &SessionId,
+        method: &str,
+        actor: &str,
+        status: ControlStatus,
+        outcome: &str,
+        target: Value,
+        reason: Option<&str>,
+    ) -> SessionEvent {
+        crate::session::receipt_in(
+            &self.env, session_id, method, actor, status, outcome, target, reason,
+        )
     }
 
     /// The node configuration.

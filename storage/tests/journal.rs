@@ -93,7 +93,14 @@ async fn concurrent_commits_all_land_and_reopen() {
             t.await.unwrap();
         }
     }
-    let j = Journal::open(&path, JournalOptions { quick_repair: true }).unwrap();
+    let j = Journal::open(
+        &path,
+        JournalOptions {
+            quick_repair: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(j.sessions(None, 100).unwrap().len(), 20);
     let page = j.sessions(Some(&SessionId::from("s1")), 3).unwrap();
     assert_eq!(

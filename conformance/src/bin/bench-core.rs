@@ -933,8 +933,14 @@ async fn journal_run(
         "journal-qr{}-s{sessions}.redb",
         if quick_repair { "on" } else { "off" }
     ));
-    let journal = Journal::open(&path, JournalOptions { quick_repair })
-        .with_context(|| format!("cannot open a journal at {}", path.display()))?;
+    let journal = Journal::open(
+        &path,
+        JournalOptions {
+            quick_repair,
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("cannot open a journal at {}", path.display()))?;
     let record = Arc::new(EventRecord {
         at: SystemClock.now(),
         event: SessionEvent::AgentMessageChunk {

@@ -197,6 +197,7 @@ pub(crate) async fn claim(
                 cause: ResumeCause::ExplicitResume,
                 actor: conn.actor(),
                 lateness_ms: None,
+                trigger: None,
             },
         )
         .await
