@@ -214,7 +214,11 @@ fn receipts_signed_before_a_sigkill_verify_and_a_flipped_bit_is_named() {
     let (notes, injected) = server.until(4);
     frames.extend(notes);
     let message_id = injected["result"]["messageId"].as_str().unwrap().to_owned();
-    server.send(5, "session/suspend", json!({"sessionId": sid, "mode": "finish_step"}));
+    server.send(
+        5,
+        "session/suspend",
+        json!({"sessionId": sid, "mode": "finish_step"}),
+    );
     frames.extend(server.until_note(|n| n["params"]["type"] == "suspend_requested"));
     std::fs::write(cwd.join("release-a"), "").unwrap();
     let (notes, prompt) = server.until(3);
@@ -315,7 +319,12 @@ fn receipts_signed_before_a_sigkill_verify_and_a_flipped_bit_is_named() {
     assert_eq!(report["ok"], 2);
 
     // One bit of the first session's resumption receipt, flipped on disk.
-    let seq = flip_in_event(&data.join("journal.redb"), &sid, "\"resumption_receipt\"", "sha256:");
+    let seq = flip_in_event(
+        &data.join("journal.redb"),
+        &sid,
+        "\"resumption_receipt\"",
+        "sha256:",
+    );
     let out = berth(&["verify"], &data, None);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(2), "{text}");
@@ -334,7 +343,10 @@ fn keys_from_the_environment_are_not_written_and_verify_needs_them() {
     let sid = server.new_session(2, &cwd);
     let frames = park_and_wake(&mut server, &sid, 3);
     let receipts = agent_event(&frames, "suspension_receipt");
-    assert_eq!(receipts[0]["signature"]["key_id"], "ops-2", "the last key signs");
+    assert_eq!(
+        receipts[0]["signature"]["key_id"], "ops-2",
+        "the last key signs"
+    );
     server.stop();
     assert!(
         !data.join("receipt-keys.json").exists(),
