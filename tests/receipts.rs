@@ -34,6 +34,9 @@ struct Server {
     child: Child,
     stdin: Option<ChildStdin>,
     frames: mpsc::Receiver<Value>,
+    /// Responses read while waiting for another one (concurrent requests
+    /// answer in any order).
+    answered: std::cell::RefCell<std::collections::HashMap<u64, Value>>,
 }
 
 impl Server {
@@ -67,6 +70,7 @@ impl Server {
             child,
             stdin,
             frames,
+            answered: Default::default(),
         };
         server.send(1, "initialize", json!({"protocolVersion": 1}));
         server.until(1);
@@ -86,24 +90,35 @@ impl Server {
             .expect("no frame from berth within 20 s")
     }
 
-    /// Frames until the response with `id`; returns (notifications, response).
+    /// Notifications until the response with `id`; returns (notifications,
+    /// response). Other responses read meanwhile are kept for their own wait.
     fn until(&self, id: u64) -> (Vec<Value>, Value) {
         let mut notes = Vec::new();
+        if let Some(answer) = self.answered.borrow_mut().remove(&id) {
+            return (notes, answer);
+        }
         loop {
             let v = self.next();
-            if v["id"] == json!(id) {
-                return (notes, v);
+            match v["id"].as_u64() {
+                Some(got) if got == id => return (notes, v),
+                Some(other) => {
+                    self.answered.borrow_mut().insert(other, v);
+                }
+                None => notes.push(v),
             }
-            notes.push(v);
         }
     }
 
-    /// Frames until a notification `pred` accepts; returns every frame seen.
+    /// Notifications until one `pred` accepts; returns them all.
     fn until_note(&self, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
         let mut seen = Vec::new();
         loop {
             let v = self.next();
-            let done = v.get("id").is_none() && pred(&v);
+            if let Some(other) = v["id"].as_u64() {
+                self.answered.borrow_mut().insert(other, v);
+                continue;
+            }
+            let done = pred(&v);
             seen.push(v);
             if done {
                 return seen;
