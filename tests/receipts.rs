@@ -26,6 +26,17 @@ steps = [
   { tool_call = { name = "shell", arguments = { command = "echo B >> log" } } },
   { text = "Both steps done." },
 ]
+
+[[rules]]
+match = "one batch"
+steps = [
+  { text = "One batch: A then B." },
+  { tool_calls = [
+      { name = "shell", arguments = { command = "while [ ! -e release-b ]; do sleep 0.02; done; echo A >> log", timeout_ms = 20000 } },
+      { name = "shell", arguments = { command = "echo B >> log" } },
+  ] },
+  { text = "Batch done." },
+]
 "#;
 
 const ENV_KEYS: &str = "BERTH_RECEIPT_KEYS";
@@ -270,6 +281,10 @@ fn receipts_signed_before_a_sigkill_verify_and_a_flipped_bit_is_named() {
     assert_eq!(parked["item"]["handle"], handle);
     assert_eq!(parked["seam"], "turn_start");
     assert_eq!(parked["action"], "parked");
+    let turn_id = &prompt["result"]["_meta"]["berth"]["turnId"];
+    assert!(turn_id.is_string(), "{prompt}");
+    assert_eq!(&parked["turn_id"], turn_id, "the turn that drained it");
+    assert_eq!(&delivered["turn_id"], turn_id);
     let suspension = agent_event(&frames, "suspension_receipt");
     assert_eq!(suspension.len(), 1);
     assert_eq!(suspension[0]["handle"], handle);
@@ -378,6 +393,99 @@ fn keys_from_the_environment_are_not_written_and_verify_needs_them() {
     let (code, report) = verify_json(&data, Some(&wrong));
     assert_eq!(code, Some(2), "{report:#}");
     assert_eq!(report["sessions"][0]["firstBad"]["check"], "signature");
+}
+
+/// Runs `prompt`, suspends with `mode` while its gated call runs, releases the
+/// call with `release`; returns the frames, the prompt's turn id and the
+/// handle.
+fn suspend_mid_turn(
+    server: &mut Server,
+    sid: &str,
+    cwd: &Path,
+    (prompt, mode, release): (&str, &str, &str),
+    first_id: u64,
+) -> (Vec<Value>, Value, String) {
+    server.send(
+        first_id,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": prompt}]}),
+    );
+    let mut frames = server.until_note(|n| n["params"]["update"]["sessionUpdate"] == "tool_call");
+    server.send(
+        first_id + 1,
+        "session/suspend",
+        json!({"sessionId": sid, "mode": mode}),
+    );
+    frames.extend(server.until_note(|n| n["params"]["type"] == "suspend_requested"));
+    std::fs::write(cwd.join(release), "").unwrap();
+    let (notes, answered) = server.until(first_id);
+    frames.extend(notes);
+    let (notes, suspended) = server.until(first_id + 1);
+    frames.extend(notes);
+    let handle = suspended["result"]["handle"].as_str().unwrap().to_owned();
+    (
+        frames,
+        answered["result"]["_meta"]["berth"]["turnId"].clone(),
+        handle,
+    )
+}
+
+/// The drain receipt of the suspend request `handle`.
+fn parked_drain<'a>(frames: &'a [Value], handle: &str) -> &'a Value {
+    agent_event(frames, "drain_decision_receipt")
+        .into_iter()
+        .find(|d| d["item"]["kind"] == "suspend_request" && d["item"]["handle"] == handle)
+        .unwrap_or_else(|| panic!("no drain receipt for {handle}"))
+}
+
+#[test]
+fn each_suspend_mode_journals_the_seam_it_was_drained_at() {
+    let (_dir, data, cwd, script) = workspace();
+    let mut server = Server::start(&data, &script, None);
+    let sid = server.new_session(2, &cwd);
+
+    // interrupt_immediate: A settles, B stays unstarted — parked before the
+    // next tool dispatch.
+    let (frames, turn_id, handle) = suspend_mid_turn(
+        &mut server,
+        &sid,
+        &cwd,
+        ("one batch", "interrupt_immediate", "release-b"),
+        3,
+    );
+    let drain = parked_drain(&frames, &handle);
+    assert_eq!(drain["seam"], "pre_tool_dispatch", "{drain}");
+    assert_eq!(drain["item"]["mode"], "interrupt_immediate");
+    assert_eq!(drain["turn_id"], turn_id);
+    server.send(
+        5,
+        "session/resume",
+        json!({"sessionId": sid, "handle": handle}),
+    );
+    server.until(5);
+    server.until_note(|n| n["params"]["type"] == "turn_ended");
+
+    // wait_for_completion: the turn finishes, then parks after its loop.
+    let (frames, turn_id, handle) = suspend_mid_turn(
+        &mut server,
+        &sid,
+        &cwd,
+        ("two steps", "wait_for_completion", "release-a"),
+        6,
+    );
+    let drain = parked_drain(&frames, &handle);
+    assert_eq!(drain["seam"], "loop_exit", "{drain}");
+    assert_eq!(drain["item"]["mode"], "wait_for_completion");
+    assert_eq!(drain["turn_id"], turn_id);
+    let receipt = agent_event(&frames, "suspension_receipt");
+    assert_eq!(receipt[0]["handle"], handle);
+    assert!(
+        receipt[0].get("turn_id").is_none(),
+        "the session parked idle"
+    );
+    server.stop();
+    let (code, report) = verify_json(&data, None);
+    assert_eq!(code, Some(0), "{report:#}");
 }
 
 const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");

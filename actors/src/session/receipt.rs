@@ -154,18 +154,19 @@ pub(crate) fn drain_receipt(
     }))
 }
 
-/// The drain receipt of a suspend request a turn parked for at `seam`
-/// (`None`: completed outside the loop).
+/// The drain receipt of a suspend request turn `turn_id` parked for at
+/// `seam` (`None`: completed outside the loop).
 pub(crate) fn suspend_drained(
     env: &SessionEnv,
     suspension: &Suspension,
     mode: SuspendMode,
     seam: Option<Seam>,
+    turn_id: &TurnId,
 ) -> SessionEvent {
     drain_receipt(
         env,
         &suspension.session_id,
-        suspension.turn_id.as_ref(),
+        Some(turn_id),
         DrainedItem::SuspendRequest {
             handle: suspension.handle.clone(),
             mode,

@@ -345,7 +345,7 @@ async fn recover_suspension(
     let (request, method, summary, drained) = match record.suspend_request.take() {
         // Completed at start-up, outside any seam.
         Some(request) => {
-            let drained = Some((request.mode, None));
+            let drained = Some((request.mode, None, open.turn_id.clone()));
             (request, "session/suspend", None, drained)
         }
         None => {

@@ -386,7 +386,11 @@ async fn seal_ended(
                 &state.env,
                 &suspension,
                 "session/suspend",
-                Some((request.mode, Some(berth_runtime::steering::Seam::LoopExit))),
+                Some((
+                    request.mode,
+                    Some(berth_runtime::steering::Seam::LoopExit),
+                    turn.turn_id.clone(),
+                )),
             ));
             Some(suspension)
         }

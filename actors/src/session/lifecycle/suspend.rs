@@ -14,6 +14,7 @@ use std::sync::Arc;
 use berth_runtime::engine::ExecutionSuspended;
 use berth_runtime::event::{ControlStatus, EventRecord, SessionEvent};
 use berth_runtime::frame::{Frame, ToolOutcomeStatus};
+use berth_runtime::ids::TurnId;
 use berth_runtime::steering::Seam;
 use berth_runtime::suspension::{
     Initiator, ResumeClaim, ResumeClaimKind, SuspendMode, SuspendRequest, Suspension, Wakeup,
@@ -218,8 +219,9 @@ fn digest(frame: Option<&Frame>, reason: Option<&str>) -> String {
 }
 
 /// A queued suspend request a park consumed: the mode in force when it was
-/// drained, and the seam (`None`: completed outside the turn loop).
-pub(crate) type Drained = Option<(SuspendMode, Option<Seam>)>;
+/// drained, the seam (`None`: completed outside the turn loop), and the turn
+/// that drained it.
+pub(crate) type Drained = Option<(SuspendMode, Option<Seam>, TurnId)>;
 
 /// The `suspended` event, its `control_outcome` receipt, its signed
 /// `SuspensionReceipt`, and — when the park drained a queued request — that
@@ -253,8 +255,8 @@ pub(crate) fn parked_events(
         ),
         suspension_receipt(env, suspension),
     ];
-    if let Some((mode, seam)) = drained {
-        events.push(suspend_drained(env, suspension, mode, seam));
+    if let Some((mode, seam, turn_id)) = drained {
+        events.push(suspend_drained(env, suspension, mode, seam, &turn_id));
     }
     events
 }
@@ -338,7 +340,7 @@ pub(crate) async fn park_turn(
         .or_else(|| policy_request(&state.env, &turn.control, now));
     let (request, summary, method, drained) = match pending {
         Some(request) => {
-            let drained = Some((request.mode, Some(suspended.seam)));
+            let drained = Some((request.mode, Some(suspended.seam), turn.turn_id.clone()));
             (request, None, METHOD, drained)
         }
         None => {
