@@ -488,6 +488,63 @@ fn each_suspend_mode_journals_the_seam_it_was_drained_at() {
     assert_eq!(code, Some(0), "{report:#}");
 }
 
+#[test]
+fn a_woken_resume_signs_the_trigger_that_fired_it() {
+    let (_dir, data, cwd, script) = workspace();
+    let mut server = Server::start(&data, &script, None);
+    let sid = server.new_session(2, &cwd);
+    // An event wakes it: the receipt names the event and its journal seq,
+    // and hashes the payload it was fed.
+    server.send(
+        3,
+        "session/suspend",
+        json!({"sessionId": sid, "resumeWhen": {"onEvent": "ci.passed"}}),
+    );
+    let handle = server.until(3).1["result"]["handle"].clone();
+    server.send(
+        4,
+        "_berth/event.emit",
+        json!({"name": "ci.passed", "data": {"sha": "abc", "checks": 3}}),
+    );
+    let frames = server.until_note(|n| n["params"]["type"] == "resumption_receipt");
+    server.until(4);
+    let receipt = agent_event(&frames, "resumption_receipt")[0].clone();
+    assert_eq!(receipt["handle"], handle);
+    assert_eq!(receipt["cause"], "external_event");
+    assert_eq!(receipt["actor"], "event:ci.passed");
+    assert_eq!(receipt["trigger"]["kind"], "event");
+    assert_eq!(receipt["trigger"]["name"], "ci.passed");
+    assert_eq!(receipt["trigger"]["seq"], 1);
+    assert_eq!(
+        receipt["input_sha256"],
+        format!("sha256:{}", sha256_hex(br#"{"checks":3,"sha":"abc"}"#))
+    );
+    server.until_note(|n| n["params"]["type"] == "turn_ended");
+    // A timeout wakes it: the receipt names the due time and the action.
+    server.send(
+        5,
+        "session/suspend",
+        json!({"sessionId": sid, "resumeWhen": {"timeout": {"durationMinutes": 0.001}}}),
+    );
+    let handle = server.until(5).1["result"]["handle"].clone();
+    let frames = server.until_note(|n| n["params"]["type"] == "resumption_receipt");
+    let receipt = agent_event(&frames, "resumption_receipt")[0].clone();
+    assert_eq!(receipt["handle"], handle);
+    assert_eq!(receipt["cause"], "timeout");
+    assert_eq!(receipt["trigger"]["kind"], "timeout");
+    assert_eq!(receipt["trigger"]["on_timeout"], "resume_with_summary");
+    assert!(receipt["trigger"]["due_at"].is_string());
+    assert!(receipt["lateness_ms"].is_u64());
+    assert!(receipt["input_sha256"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    server.until_note(|n| n["params"]["type"] == "turn_ended");
+    server.stop();
+    let (code, report) = verify_json(&data, None);
+    assert_eq!(code, Some(0), "{report:#}");
+}
+
 const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
 
 /// Flips one bit of the first event of `session` whose row contains
