@@ -2,6 +2,7 @@
 //! node, hand it to a transport.
 
 mod config;
+mod integrity;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -39,6 +40,41 @@ enum Command {
     Ctl {
         #[command(subcommand)]
         command: CtlCommand,
+    },
+    /// Checks every session's hash chain and signed receipts in a data dir
+    /// (read-only; stop the server first). Prints `ok` or `tampered` (with the
+    /// first bad event's id and what failed) per session; exits 2 when any
+    /// session is tampered, 1 on any other failure. Keys: `BERTH_RECEIPT_KEYS`
+    /// if set, else `<data dir>/receipt-keys.json`.
+    Verify {
+        /// The data directory [default: ./berth-data].
+        #[arg(long, env = "BERTH_DATA_DIR")]
+        data_dir: Option<std::path::PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The receipt keyring (`<data dir>/receipt-keys.json`, mode 0600).
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Adds a new signing key; old keys keep verifying old receipts. A
+    /// running server signs with the new key from its next start.
+    Rotate {
+        /// The data directory [default: ./berth-data].
+        #[arg(long, env = "BERTH_DATA_DIR")]
+        data_dir: Option<std::path::PathBuf>,
+    },
+    /// Lists the key ids (never the secrets) and which one signs, as JSON.
+    List {
+        /// The data directory [default: ./berth-data].
+        #[arg(long, env = "BERTH_DATA_DIR")]
+        data_dir: Option<std::path::PathBuf>,
     },
 }
 
@@ -176,12 +212,20 @@ fn main() -> ExitCode {
         .context("cannot start the async runtime")
         .and_then(|rt| {
             let result = rt.block_on(async {
+                let done = ExitCode::SUCCESS;
                 match cli.command {
-                    Command::Serve(args) => serve(args).await,
+                    Command::Serve(args) => serve(args).await.map(|()| done),
                     Command::Event {
                         command: EventCommand::Emit(args),
-                    } => emit(args).await,
-                    Command::Schedule { command } => schedule(command).await,
+                    } => emit(args).await.map(|()| done),
+                    Command::Schedule { command } => schedule(command).await.map(|()| done),
+                    Command::Verify { data_dir, json } => integrity::verify(data_dir, json),
+                    Command::Keys {
+                        command: KeysCommand::Rotate { data_dir },
+                    } => integrity::rotate(data_dir).map(|()| done),
+                    Command::Keys {
+                        command: KeysCommand::List { data_dir },
+                    } => integrity::list(data_dir).map(|()| done),
                     Command::Ctl {
                         command:
                             CtlCommand::Suspend {
@@ -207,7 +251,7 @@ fn main() -> ExitCode {
                         let answer =
                             call_server(server.socket(), "_berth/suspend_many", params).await?;
                         println!("{answer}");
-                        Ok(())
+                        Ok(done)
                     }
                 }
             });
@@ -217,7 +261,7 @@ fn main() -> ExitCode {
             result
         });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("berth: {e:#}");
             ExitCode::FAILURE
@@ -238,6 +282,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     node_config.needs_approval = settings.require_approval;
     node_config.budgets = settings.budgets;
     node_config.prices = settings.prices;
+    node_config.receipt_keys = integrity::keys_from_env()?;
     if settings.completion_judge {
         node_config.completion_judge = Some(std::sync::Arc::new(
             berth_runtime::directives::ObjectiveJudge,

@@ -10,6 +10,7 @@ use berth_runtime::directives::CompletionJudge;
 use berth_runtime::ids::{IdSource, RandomIds};
 use berth_runtime::model::ModelProvider;
 use berth_runtime::tools::ToolSet;
+use berth_storage::Keyring;
 
 /// Node configuration.
 #[derive(Debug, Clone)]
@@ -45,6 +46,10 @@ pub struct NodeConfig {
     pub budgets: Vec<BudgetPolicy>,
     /// Model prices by model name (`[prices."NAME"]`), for cost budgets.
     pub prices: HashMap<String, Price>,
+    /// The receipt keyring (`BERTH_RECEIPT_KEYS`, parsed by the binary).
+    /// `None`: the key file `<data_dir>/receipt-keys.json`, created 0600 on
+    /// first start (see `berth_storage::keyring`).
+    pub receipt_keys: Option<Keyring>,
 }
 
 impl NodeConfig {
@@ -65,6 +70,7 @@ impl NodeConfig {
             needs_approval: Vec::new(),
             budgets: Vec::new(),
             prices: HashMap::new(),
+            receipt_keys: None,
         }
     }
 }

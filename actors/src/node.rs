@@ -10,8 +10,10 @@ use std::sync::Arc;
 use crate::session::lifecycle::scheduled::ScheduledStart;
 use berth_runtime::content::Prompt;
 use berth_runtime::engine::CallCancel;
+use berth_runtime::event::{ControlStatus, SessionEvent};
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::model::Usage;
+use berth_runtime::receipt::TriggerMatch;
 use berth_runtime::steering::Injection;
 use berth_runtime::suspension::{
     DueKind, ExternalEvent, Initiator, OnTimeout, OverlapPolicy, ResumeCause, ResumeConditions,
@@ -250,6 +252,9 @@ pub struct ResumeParams {
     /// The id of the client message carrying `input` (an A2A `messageId`);
     /// journaled with the `resumed` event.
     pub message_id: Option<String>,
+    /// The condition that fired it (`None` for an explicit resume); signed
+    /// into the `ResumptionReceipt`.
+    pub trigger: Option<TriggerMatch>,
 }
 
 /// Answer to a resume claim.
@@ -339,6 +344,7 @@ impl Node {
             JournalOptions {
                 quick_repair: config.quick_repair,
                 cache_bytes: config.journal_cache_bytes,
+                keyring: config.receipt_keys.clone(),
             },
         )?;
         let processes = ProcessLedger::open(&config.data_dir.join("processes")).map_err(|e| {
@@ -661,6 +667,13 @@ impl Node {
     async fn fire(&self, firing: Firing) {
         let wakeup = &firing.wakeup;
         let session_id = wakeup.session_id.clone();
+        let trigger = match firing.kind {
+            DueKind::Trigger => TriggerMatch::Time { due_at: firing.due },
+            DueKind::Timeout => TriggerMatch::Timeout {
+                due_at: firing.due,
+                on_timeout: wakeup.on_timeout(),
+            },
+        };
         let (cause, input) = match firing.kind {
             DueKind::Trigger => (ResumeCause::ConditionFired, None),
             DueKind::Timeout => match wakeup.on_timeout() {
@@ -704,6 +717,7 @@ impl Node {
                     actor: "scheduler".into(),
                     lateness_ms: Some(firing.lateness_ms),
                     message_id: None,
+                    trigger: Some(trigger),
                 },
             )
             .await;
@@ -817,6 +831,11 @@ impl Node {
                         actor: format!("event:{}", event.name),
                         lateness_ms: None,
                         message_id: None,
+                        trigger: Some(TriggerMatch::Event {
+                            name: event.name.clone(),
+                            seq,
+                            received_at: event.received_at,
+                        }),
                     },
                 )
                 .await;
@@ -852,6 +871,26 @@ impl Node {
     /// The journal (read access for tools such as benchmarks and replay).
     pub fn journal(&self) -> &Journal {
         &self.env.journal
+    }
+
+    /// A signed `control_outcome` for a control that has no session log to be
+    /// journaled in (it named an unknown session), decided now. Sent to the
+    /// requesting connection only; the signature lets it be verified later
+    /// like a journaled one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn unjournaled_receipt(
+        &self,
+        session_id: &SessionId,
+        method: &str,
+        actor: &str,
+        status: ControlStatus,
+        outcome: &str,
+        target: Value,
+        reason: Option<&str>,
+    ) -> SessionEvent {
+        crate::session::receipt_in(
+            &self.env, session_id, method, actor, status, outcome, target, reason,
+        )
     }
 
     /// The node configuration.

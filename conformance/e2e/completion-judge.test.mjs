@@ -232,10 +232,18 @@ test("berth completion judge vs steer end to end with @agentclientprotocol/sdk 2
       );
       const [steered, overruled] = directivesOf(turnEvents);
       assert.equal(overruled.params.event.overruled_by.source, "steer");
-      // After the echo: the steer's directive, the answer to it, the judge's
-      // overruled objection, and the end; the model never saw the restatement.
+      // After the echo: its signed drain receipt (delivered at
+      // post_tool_dispatch), the steer's directive, the answer to it, the
+      // judge's overruled objection, and the end; the model never saw the
+      // restatement.
+      const drain = turnEvents.find((e) => e.eventId === echo.eventId + 1);
+      assert.equal(drain?.kind, "agent:drain_decision_receipt", "the echo's drain receipt follows it");
+      assert.equal(drain.params.event.item.message_id, steer.messageId);
+      assert.equal(drain.params.event.seam, "post_tool_dispatch");
+      assert.equal(drain.params.event.action, "delivered");
+      assert.equal(drain.params.event.signature.alg, "HMAC-SHA256");
       assert.deepEqual(
-        turnEvents.filter((e) => e.eventId > echo.eventId).map((e) => e.kind),
+        turnEvents.filter((e) => e.eventId > echo.eventId + 1).map((e) => e.kind),
         ["agent:directive", "agent_message_chunk", "agent:directive", "agent:turn_ended"],
         "the turn's tail after the steer",
       );

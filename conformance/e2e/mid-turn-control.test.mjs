@@ -483,8 +483,16 @@ test("berth mid-turn controls end to end with @agentclientprotocol/sdk 2.4.0", {
       release(cwd);
       const { response, turnEvents } = await finishTurn(sessionId, pending, mark, "queue");
       assert.equal(response.stopReason, "end_turn", JSON.stringify(response));
-      // The turn's last events: every agent_message_chunk, then the two echoes (FIFO), then turn_ended.
-      const tail = turnEvents.slice(-3);
+      // The turn's last events: every agent_message_chunk, then the two echoes
+      // (FIFO), each followed by its signed drain receipt (delivered at
+      // loop_exit), then turn_ended.
+      const drains = turnEvents.slice(-5).filter((e) => e.kind === "agent:drain_decision_receipt");
+      assert.deepEqual(
+        drains.map((e) => [e.params.event.item.message_id, e.params.event.seam, e.params.event.action]),
+        ids.map((id) => [id, "loop_exit", "delivered"]),
+        `the drain receipts: ${JSON.stringify(turnEvents.map((e) => e.kind))}`,
+      );
+      const tail = turnEvents.slice(-5).filter((e) => e.kind !== "agent:drain_decision_receipt");
       assert.deepEqual(
         tail.map((e) => [e.kind, e.update?.messageId, e.update?.content?.text]),
         [

@@ -15,6 +15,7 @@ use crate::directives::Directive;
 use crate::engine::{PermissionDecision, PermissionRequest};
 use crate::ids::{ToolCallId, TurnId};
 use crate::model::Usage;
+use crate::receipt::{DrainDecisionReceipt, ResumptionReceipt, Signed, SuspensionReceipt};
 use crate::steering::{Injection, Seam};
 use crate::suspension::{Initiator, ResumeCause, ResumeConditions, SuspendMode};
 use crate::terminal::{StopReason, Terminal};
@@ -172,9 +173,20 @@ pub enum SessionEvent {
         overruled_by: Option<Directive>,
     },
     /// The receipt of one arbitrated control (`remote-session-control.md`,
-    /// "Receipts"): emitted for accepted, idempotent and rejected controls.
-    /// Renders as `_berth/agentEvent` `control_outcome`.
-    ControlOutcome(ControlOutcome),
+    /// "Receipts"): emitted for accepted, idempotent and rejected controls,
+    /// signed (see [`crate::receipt`]). Renders as `_berth/agentEvent`
+    /// `control_outcome` (the seed's fields plus `decided_at` and `signature`).
+    ControlOutcome(Signed<ControlOutcome>),
+    /// The signed receipt of a committed suspension, journaled with the
+    /// `suspended` event. Renders as `_berth/agentEvent` `suspension_receipt`.
+    SuspensionReceipt(Signed<SuspensionReceipt>),
+    /// The signed receipt of a won resume claim, journaled with the `resumed`
+    /// event. Renders as `_berth/agentEvent` `resumption_receipt`.
+    ResumptionReceipt(Signed<ResumptionReceipt>),
+    /// The signed receipt of a drain decision (an injection delivered or
+    /// dropped, a suspend request parked at a seam), journaled with the event
+    /// it decides. Renders as `_berth/agentEvent` `drain_decision_receipt`.
+    DrainDecisionReceipt(Signed<DrainDecisionReceipt>),
     /// The session was closed; it stays readable and refuses prompts.
     /// Renders as `_berth/agentEvent` `session_closed`.
     SessionClosed {},
@@ -278,6 +290,9 @@ impl SessionEvent {
             SessionEvent::InjectionReplaced { .. } => "injection_replaced",
             SessionEvent::InjectionDropped { .. } => "injection_dropped",
             SessionEvent::ControlOutcome(_) => "control_outcome",
+            SessionEvent::SuspensionReceipt(_) => "suspension_receipt",
+            SessionEvent::ResumptionReceipt(_) => "resumption_receipt",
+            SessionEvent::DrainDecisionReceipt(_) => "drain_decision_receipt",
             SessionEvent::Directive { .. } => "directive",
             SessionEvent::TurnRolledBack { .. } => "turn_rolled_back",
             SessionEvent::PermissionRequested { .. } => "permission_requested",
@@ -336,4 +351,6 @@ pub struct ControlOutcome {
     /// Extra typed context.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub metadata: Value,
+    /// When the control was arbitrated (signed with the rest).
+    pub decided_at: DateTime<Utc>,
 }

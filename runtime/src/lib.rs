@@ -17,6 +17,8 @@
 //! - [`directives`]: the authority ladder and the completion judge.
 //! - [`steering`]: injected messages (`session/inject`) and the seams that drain them.
 //! - [`suspension`]: resume conditions, the suspension envelope and the resume claim.
+//! - [`receipt`]: the signed receipts (suspension, resumption, drain decision,
+//!   control outcome), their canonical signing bytes and the input hash.
 //! - [`budget`]: per-session spend against budget policies.
 //! - [`engine`]: [`engine::run_turn`], the turn loop (model call → tool batch → …).
 
@@ -32,6 +34,7 @@ pub mod frame;
 pub mod history;
 pub mod ids;
 pub mod model;
+pub mod receipt;
 pub mod steering;
 pub mod suspension;
 pub mod terminal;

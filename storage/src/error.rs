@@ -58,6 +58,22 @@ pub enum StorageError {
         /// The claim that won (boxed to keep the error small).
         existing: Box<ResumeClaim>,
     },
+    /// The journal file was written by a berth with another journal format.
+    #[error("journal {path} has format {}, this berth reads format {expected}: {hint}", found.map_or_else(|| "1 (no hash chain, unsigned receipts)".to_owned(), |f| f.to_string()))]
+    Format {
+        /// The file.
+        path: String,
+        /// The format found (`None`: a journal from before formats were
+        /// recorded, format 1).
+        found: Option<u64>,
+        /// The format this berth reads.
+        expected: u64,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// The receipt keyring could not be loaded or created.
+    #[error(transparent)]
+    Keys(#[from] crate::keyring::KeyringError),
     /// The writer thread is gone (the process is shutting down).
     #[error("journal writer stopped")]
     WriterStopped,

@@ -13,16 +13,28 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::batch::Batch;
+use crate::chain;
 use crate::error::StorageError;
+use crate::keyring::Keyring;
 use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
 use crate::tables::{
-    CHECKPOINTS, EVENTS, EXTERNAL_EVENTS, FRAMES, META, OPEN_TURNS, RESUME_CLAIMS, SCHEDULES,
-    SESSIONS, SUSPENSIONS, TRANSCRIPTS, WAKEUPS,
+    CHAIN_HEADS, CHECKPOINTS, EVENTS, EXTERNAL_EVENTS, FRAMES, META, OPEN_TURNS, RESUME_CLAIMS,
+    SCHEDULES, SESSIONS, SUSPENSIONS, TRANSCRIPTS, WAKEUPS,
 };
 use crate::writer::{self, Request};
 
-/// How the journal commits and caches.
-#[derive(Debug, Clone, Copy)]
+/// The journal format this berth writes and reads (table `meta`, key
+/// `format_version`). Format 1 (no recorded version) had no hash chain and
+/// unsigned receipts; format 2 chains every session's events and signs
+/// receipts. A format-1 journal is refused at open with
+/// [`StorageError::Format`]; it is not migrated.
+pub const JOURNAL_FORMAT: u64 = 2;
+
+/// The `meta` key holding the journal format.
+pub(crate) const FORMAT_KEY: &str = "format_version";
+
+/// How the journal commits, caches, and with which keys.
+#[derive(Debug, Clone)]
 pub struct JournalOptions {
     /// redb quick-repair: each commit also persists allocator state so that
     /// opening after a crash needs no repair scan (slower commits, instant
@@ -33,6 +45,10 @@ pub struct JournalOptions {
     /// redb's own default (1 GiB) would let one start-up scan of a million
     /// wake-ups hold most of a GiB.
     pub cache_bytes: usize,
+    /// The receipt keyring (signs receipts and chain heads). `None`: the key
+    /// file beside the journal file, created on first open
+    /// ([`Keyring::load_or_create`]).
+    pub keyring: Option<Keyring>,
 }
 
 /// The default page cache: 256 MiB.
@@ -43,6 +59,7 @@ impl Default for JournalOptions {
         Self {
             quick_repair: false,
             cache_bytes: DEFAULT_CACHE_BYTES,
+            keyring: None,
         }
     }
 }
@@ -54,6 +71,7 @@ impl Default for JournalOptions {
 pub struct Journal {
     db: Arc<Database>,
     writer: Arc<WriterHandle>,
+    keyring: Keyring,
 }
 
 struct WriterHandle {
@@ -89,17 +107,57 @@ fn decode<T: DeserializeOwned>(
     })
 }
 
+/// Checks (or, for a new journal, records) the journal format inside the
+/// opening transaction.
+fn stamp_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), StorageError> {
+    let mut meta = txn.open_table(META)?;
+    let found = meta.get(FORMAT_KEY)?.map(|v| v.value());
+    match found {
+        Some(JOURNAL_FORMAT) => Ok(()),
+        Some(other) => Err(StorageError::Format {
+            path: path.display().to_string(),
+            found: Some(other),
+            expected: JOURNAL_FORMAT,
+            hint: "use the berth version that wrote it, or start with an empty --data-dir",
+        }),
+        None => {
+            let used = txn.open_table(SESSIONS)?.first()?.is_some()
+                || txn.open_table(EVENTS)?.first()?.is_some();
+            if used {
+                return Err(StorageError::Format {
+                    path: path.display().to_string(),
+                    found: None,
+                    expected: JOURNAL_FORMAT,
+                    hint: "it predates hash chains and signed receipts and is not migrated; keep it with the berth that wrote it, or move it aside and start with an empty --data-dir",
+                });
+            }
+            meta.insert(FORMAT_KEY, JOURNAL_FORMAT)?;
+            Ok(())
+        }
+    }
+}
+
 impl Journal {
     /// Opens (or creates) the journal file at `path` and starts its writer.
-    /// A file left by a crashed process is repaired by redb on open.
+    /// A file left by a crashed process is repaired by redb on open. A new
+    /// journal is stamped with [`JOURNAL_FORMAT`].
     ///
     /// # Errors
     /// [`StorageError::Open`] when the file cannot be opened (bad path,
-    /// permissions, or another process holds it).
+    /// permissions, or another process holds it); [`StorageError::Format`]
+    /// for a journal of another format; [`StorageError::Keys`] when no
+    /// keyring was given and the key file cannot be loaded or created.
     pub fn open(path: &Path, options: JournalOptions) -> Result<Self, StorageError> {
         let open_err = |message: String| StorageError::Open {
             path: path.display().to_string(),
             message,
+        };
+        let keyring = match options.keyring {
+            Some(keyring) => keyring,
+            None => Keyring::load_or_create(
+                path.parent().unwrap_or_else(|| Path::new(".")),
+                chrono::Utc::now(),
+            )?,
         };
         let db = redb::Builder::new()
             .set_cache_size(options.cache_bytes)
@@ -118,6 +176,7 @@ impl Journal {
         txn.open_table(META).map_err(|e| open_err(e.to_string()))?;
         for table in [
             SESSIONS,
+            CHAIN_HEADS,
             FRAMES,
             OPEN_TURNS,
             SUSPENSIONS,
@@ -130,16 +189,25 @@ impl Journal {
         for table in [EVENTS, TRANSCRIPTS, CHECKPOINTS] {
             txn.open_table(table).map_err(|e| open_err(e.to_string()))?;
         }
+        stamp_format(&txn, path)?;
         txn.commit().map_err(|e| open_err(e.to_string()))?;
         let db = Arc::new(db);
-        let (sender, thread) = writer::spawn(Arc::clone(&db), options.quick_repair);
+        let (sender, thread) =
+            writer::spawn(Arc::clone(&db), options.quick_repair, keyring.clone());
         Ok(Self {
             db,
             writer: Arc::new(WriterHandle {
                 sender: Some(sender),
                 thread: Some(thread),
             }),
+            keyring,
         })
+    }
+
+    /// The receipt keyring: signs receipts (actors build them) and verifies
+    /// them.
+    pub fn keyring(&self) -> &Keyring {
+        &self.keyring
     }
 
     /// Commits `batch` atomically through the group-commit writer.
@@ -235,10 +303,13 @@ impl Journal {
         for entry in table.range((id.as_str(), start)..=(id.as_str(), u64::MAX))? {
             let (k, v) = entry?;
             let event_id = k.value().1;
-            out.push((
-                event_id,
-                decode("events", &format!("{id}/{event_id}"), v.value())?,
-            ));
+            let key = format!("{id}/{event_id}");
+            let row = chain::split_row(v.value()).map_err(|message| StorageError::Corrupt {
+                table: "events",
+                key: key.clone(),
+                message,
+            })?;
+            out.push((event_id, decode("events", &key, row.json)?));
         }
         Ok(out)
     }

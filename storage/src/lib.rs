@@ -17,6 +17,12 @@
 //! ([`Batch::claim`]) that at most one batch ever wins. A batch whose
 //! precondition fails writes nothing.
 //!
+//! Integrity (DESIGN.md, "The journal"): receipts are signed with the
+//! [`Keyring`] (HMAC-SHA256, key id beside every MAC, keys persisted in the
+//! data dir or given in `BERTH_RECEIPT_KEYS`), each session's event log is a
+//! hash chain anchored by a signed chain head, and [`verify::verify_journal`]
+//! (`berth verify`) checks both, read-only.
+//!
 //! Crash guarantee: a batch whose `commit` returned `Ok` survives SIGKILL of the
 //! process (tested in `tests/kill_writer.rs`); a batch that did not return is
 //! either wholly present or wholly absent after restart.
@@ -24,13 +30,17 @@
 #![warn(missing_docs)]
 
 mod batch;
+mod chain;
 mod error;
 mod journal;
+pub mod keyring;
 mod records;
 mod tables;
+pub mod verify;
 mod writer;
 
 pub use batch::Batch;
 pub use error::StorageError;
-pub use journal::{Journal, JournalOptions, DEFAULT_CACHE_BYTES};
+pub use journal::{Journal, JournalOptions, DEFAULT_CACHE_BYTES, JOURNAL_FORMAT};
+pub use keyring::{KeyInfo, KeyOrigin, Keyring, KeyringError, SignatureError};
 pub use records::{OpenTurn, SessionRecord, TurnCheckpoint};

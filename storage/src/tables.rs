@@ -4,7 +4,9 @@ use redb::TableDefinition;
 
 /// session id → [`SessionRecord`](crate::SessionRecord).
 pub const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
-/// (session id, event id) → [`EventRecord`](berth_runtime::event::EventRecord).
+/// (session id, event id) → a chained row: version byte, previous event's
+/// hash, this event's hash, then the
+/// [`EventRecord`](berth_runtime::event::EventRecord) JSON (see `chain.rs`).
 pub const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
 /// session id → latest [`Frame`](berth_runtime::frame::Frame) of its open turn.
 pub const FRAMES: TableDefinition<&str, &[u8]> = TableDefinition::new("frames");
@@ -31,7 +33,12 @@ pub const WAKEUPS: TableDefinition<&str, &[u8]> = TableDefinition::new("wakeups"
 /// every event acknowledged to an emitter.
 pub const EXTERNAL_EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("external_events");
 /// name → counter (`events_matched`: the last external event whose matches
-/// were fired).
+/// were fired; `format_version`: the journal format, see
+/// [`JOURNAL_FORMAT`](crate::JOURNAL_FORMAT)).
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// schedule id → [`Schedule`](berth_runtime::suspension::Schedule).
 pub const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");
+/// session id → its chain head (last event seq and hash, MACed with the
+/// receipt keyring; JSON). Written by the writer in every transaction that
+/// appends to the session.
+pub const CHAIN_HEADS: TableDefinition<&str, &[u8]> = TableDefinition::new("chain_heads");

@@ -6,6 +6,11 @@
 //! (one fsync for the whole group), and only then answers each request. With one
 //! session appending, every append pays a full commit; with a hundred, a hundred
 //! appends share one — that is what makes durable appends cheap.
+//!
+//! The writer also extends each session's hash chain (`chain.rs`): it knows
+//! the ids it assigns, so it seals each appended row with the previous row's
+//! hash and, once per transaction and session, writes the session's signed
+//! chain head. A refused batch appends nothing and moves no chain.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,11 +21,13 @@ use tokio::sync::{mpsc, oneshot};
 use berth_runtime::suspension::ResumeClaim;
 
 use crate::batch::{Batch, Op, PendingClaim};
+use crate::chain::{self, ChainHead};
 use crate::error::StorageError;
+use crate::keyring::Keyring;
 use crate::records::OpenTurn;
 use crate::tables::{
-    CHECKPOINTS, EVENTS, EXTERNAL_EVENTS, FRAMES, META, OPEN_TURNS, RESUME_CLAIMS, SCHEDULES,
-    SESSIONS, SUSPENSIONS, TRANSCRIPTS, WAKEUPS,
+    CHAIN_HEADS, CHECKPOINTS, EVENTS, EXTERNAL_EVENTS, FRAMES, META, OPEN_TURNS, RESUME_CLAIMS,
+    SCHEDULES, SESSIONS, SUSPENSIONS, TRANSCRIPTS, WAKEUPS,
 };
 
 /// Most requests folded into one transaction.
@@ -39,6 +46,7 @@ pub(crate) struct Request {
 pub(crate) fn spawn(
     db: Arc<Database>,
     quick_repair: bool,
+    keyring: Keyring,
 ) -> (mpsc::Sender<Request>, std::thread::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<Request>(QUEUE_DEPTH);
     let thread = std::thread::Builder::new()
@@ -53,18 +61,18 @@ pub(crate) fn spawn(
                         Err(_) => break,
                     }
                 }
-                commit_group(&db, quick_repair, &mut group);
+                commit_group(&db, quick_repair, &keyring, &mut group);
             }
         })
         .expect("spawning the journal writer thread");
     (tx, thread)
 }
 
-fn commit_group(db: &Database, quick_repair: bool, group: &mut Vec<Request>) {
+fn commit_group(db: &Database, quick_repair: bool, keyring: &Keyring, group: &mut Vec<Request>) {
     let result = (|| {
         let mut txn = db.begin_write()?;
         txn.set_quick_repair(quick_repair);
-        let outcomes = apply_all(&txn, group)?;
+        let outcomes = apply_all(&txn, keyring, group)?;
         txn.commit()?;
         Ok::<_, StorageError>(outcomes)
     })();
@@ -149,8 +157,9 @@ fn refusal(
 /// Applies every request's ops; returns, per request, the event ids assigned or
 /// the refusal of a fenced or already-claimed batch (which then wrote nothing).
 /// A storage error fails the whole group.
-fn apply_all(
+pub(crate) fn apply_all(
     txn: &WriteTransaction,
+    keyring: &Keyring,
     group: &[Request],
 ) -> Result<Vec<Result<Vec<u64>, StorageError>>, StorageError> {
     let mut sessions = txn.open_table(SESSIONS)?;
@@ -165,9 +174,10 @@ fn apply_all(
     let mut external = txn.open_table(EXTERNAL_EVENTS)?;
     let mut meta = txn.open_table(META)?;
     let mut schedules = txn.open_table(SCHEDULES)?;
+    let mut heads = txn.open_table(CHAIN_HEADS)?;
     let mut last_external: Option<u64> = None;
-    // Last event id per session, as of this transaction.
-    let mut last: HashMap<&str, u64> = HashMap::new();
+    // Last event id and hash per session, as of this transaction.
+    let mut tips: HashMap<&str, (u64, [u8; 32])> = HashMap::new();
     let mut out = Vec::with_capacity(group.len());
     for request in group {
         if let Some(refused) = refusal(&request.batch, &open_turns, &resume_claims)? {
@@ -184,20 +194,14 @@ fn apply_all(
                     sessions.insert(id.as_str(), value.as_slice())?;
                 }
                 Op::AppendEvent { id, value } => {
-                    let next = match last.get(id.as_str()) {
-                        Some(&n) => n + 1,
-                        None => {
-                            let tail = events
-                                .range((id.as_str(), 0)..=(id.as_str(), u64::MAX))?
-                                .next_back();
-                            match tail {
-                                Some(entry) => entry?.0.value().1 + 1,
-                                None => 1,
-                            }
-                        }
+                    let (last, prev) = match tips.get(id.as_str()) {
+                        Some(&tip) => tip,
+                        None => chain_tip(&events, &heads, id)?,
                     };
-                    events.insert((id.as_str(), next), value.as_slice())?;
-                    last.insert(id.as_str(), next);
+                    let next = last + 1;
+                    let (row, hash) = chain::seal_row(id, next, &prev, value);
+                    events.insert((id.as_str(), next), row.as_slice())?;
+                    tips.insert(id.as_str(), (next, hash));
                     ids.push(next);
                 }
                 Op::PutFrame { id, value } => {
@@ -261,7 +265,49 @@ fn apply_all(
         }
         out.push(Ok(ids));
     }
+    for (session, (seq, hash)) in tips {
+        let head = ChainHead::signed(keyring, session, seq, &hash);
+        let head = serde_json::to_vec(&head).unwrap_or_default();
+        heads.insert(session, head.as_slice())?;
+    }
     Ok(out)
+}
+
+/// Where a session's chain continues: after the larger of its head's seq and
+/// its last stored id (so no row is ever overwritten), from the head's hash
+/// (never from the last row's, so rows appended behind the writer's back stay
+/// detectably unchained). A session without a head starts from the genesis
+/// hash; an undecodable head is logged and treated as absent (`berth verify`
+/// reports the break).
+fn chain_tip(
+    events: &redb::Table<(&str, u64), &[u8]>,
+    heads: &redb::Table<&str, &[u8]>,
+    session: &str,
+) -> Result<(u64, [u8; 32]), StorageError> {
+    let tail = match events
+        .range((session, 0)..=(session, u64::MAX))?
+        .next_back()
+    {
+        Some(entry) => entry?.0.value().1,
+        None => 0,
+    };
+    let head = match heads.get(session)? {
+        Some(stored) => match serde_json::from_slice::<ChainHead>(stored.value())
+            .ok()
+            .and_then(|h| Some((h.seq, h.hash_bytes()?)))
+        {
+            Some(head) => Some(head),
+            None => {
+                tracing::error!(session_id = session, "the chain head is unreadable; the chain continues from genesis and `berth verify` will report the break");
+                None
+            }
+        },
+        None => None,
+    };
+    Ok(match head {
+        Some((seq, hash)) => (seq.max(tail), hash),
+        None => (tail, chain::GENESIS),
+    })
 }
 
 #[cfg(test)]
@@ -308,7 +354,8 @@ mod tests {
             request(Batch::new().claim(&claim("second")).put_suspension(&parked)),
         ];
         let txn = db.begin_write().unwrap();
-        let outcomes = apply_all(&txn, &group).unwrap();
+        let keyring = Keyring::from_keys(vec![("k1".into(), vec![1; 32])]).unwrap();
+        let outcomes = apply_all(&txn, &keyring, &group).unwrap();
         txn.commit().unwrap();
 
         assert!(outcomes[0].is_ok() && outcomes[1].is_ok());

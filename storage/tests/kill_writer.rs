@@ -106,6 +106,15 @@ fn acked_appends_survive_sigkill() {
     }
     child.wait().unwrap();
 
+    // The hash chains and their signed heads commit with the events: after
+    // the SIGKILL every session still verifies, from the file as the killed
+    // process left it (`verify_journal` repairs a copy, never the original).
+    let keys = berth_storage::Keyring::load(dir.path()).unwrap();
+    let report =
+        berth_storage::verify::verify_journal(&dir.path().join("journal.redb"), &keys).unwrap();
+    assert!(report.is_ok(), "{report:#?}");
+    assert!(report.sessions.len() >= acked.len(), "{report:#?}");
+
     let journal =
         Journal::open(&dir.path().join("journal.redb"), JournalOptions::default()).unwrap();
     for (sid, max_acked) in &acked {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use berth_runtime::content::Prompt;
 use berth_runtime::engine::{CallCancel, TurnControl, TurnExit};
-use berth_runtime::event::{EventRecord, SessionEvent};
+use berth_runtime::event::SessionEvent;
 use berth_runtime::history::Transcript;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::steering::Injection;
@@ -24,6 +24,7 @@ use berth_scheduler::Scheduler;
 use berth_storage::{Batch, Journal, SessionRecord};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
+pub(crate) use receipt::receipt_in;
 pub use seal::{seal_open_turn, settle_open_turn};
 
 use crate::config::NodeConfig;
@@ -299,10 +300,8 @@ impl SessionState {
     ) -> Result<(), ControlError> {
         let now = self.env.config.clock.now();
         let session_id = &self.record.session_id;
-        let records: Vec<EventRecord> = events
-            .into_iter()
-            .map(|event| EventRecord { at: now, event })
-            .collect();
+        let turn_id = self.turn.as_ref().map(|t| &t.turn_id);
+        let records = receipt::stamp(&self.env, session_id, turn_id, now, events);
         let batch = records.iter().fold(batch, |b, r| b.append(session_id, r));
         let ids = self.env.journal.commit(batch).await?;
         self.watchers.publish(

@@ -202,6 +202,7 @@ mod tests {
                         actor: format!("racer-{i}"),
                         lateness_ms: None,
                         message_id: None,
+                        trigger: None,
                     },
                 )
                 .await

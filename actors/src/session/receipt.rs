@@ -1,13 +1,23 @@
-//! `control_outcome` receipts (`remote-session-control.md`, "Receipts").
+//! Receipts: `control_outcome` (`remote-session-control.md`, "Receipts") and
+//! the signed lifecycle receipts (`berth_runtime::receipt`): suspension,
+//! resumption and drain decision. Each is signed with the journal's keyring
+//! when it is built and journaled in the same batch as the decision it
+//! records.
 
-use berth_runtime::event::{ControlOutcome, ControlStatus, SessionEvent};
+use berth_runtime::event::{ControlOutcome, ControlStatus, EventRecord, SessionEvent};
+use berth_runtime::frame::Frame;
+use berth_runtime::ids::{SessionId, TurnId};
+use berth_runtime::receipt::{
+    sha256_of_json, DrainAction, DrainDecisionReceipt, DrainedItem, SuspensionReceipt,
+};
+use berth_runtime::steering::Seam;
+use berth_runtime::suspension::{SuspendMode, Suspension};
+use chrono::{DateTime, Utc};
 use serde_json::Value;
-
-use berth_runtime::ids::SessionId;
 
 use super::{SessionEnv, SessionState};
 
-/// Builds the receipt of one arbitrated control on this session.
+/// Builds the signed receipt of one arbitrated control on this session.
 pub(crate) fn receipt(
     state: &SessionState,
     method: &str,
@@ -41,7 +51,28 @@ pub(crate) fn receipt_in(
     target: Value,
     reason: Option<&str>,
 ) -> SessionEvent {
-    SessionEvent::ControlOutcome(ControlOutcome {
+    signed_outcome(
+        env,
+        control_outcome(
+            env, session_id, method, actor, status, outcome, target, reason,
+        ),
+    )
+}
+
+/// An unsigned `control_outcome`, decided now (finish it with
+/// [`signed_outcome`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn control_outcome(
+    env: &SessionEnv,
+    session_id: &SessionId,
+    method: &str,
+    actor: &str,
+    status: ControlStatus,
+    outcome: &str,
+    target: Value,
+    reason: Option<&str>,
+) -> ControlOutcome {
+    ControlOutcome {
         session_id: session_id.0.clone(),
         control_id: env.config.ids.new_id("ctl"),
         method: method.into(),
@@ -51,7 +82,13 @@ pub(crate) fn receipt_in(
         target,
         reason: reason.map(str::to_owned),
         metadata: Value::Null,
-    })
+        decided_at: env.config.clock.now(),
+    }
+}
+
+/// Signs a `control_outcome` with the journal's keyring.
+pub(crate) fn signed_outcome(env: &SessionEnv, outcome: ControlOutcome) -> SessionEvent {
+    SessionEvent::ControlOutcome(env.journal.keyring().sign(outcome))
 }
 
 /// The receipt of a refused control: status `rejected`, outcome `rejected`,
@@ -72,4 +109,114 @@ pub(crate) fn rejected(
         target,
         Some(reason),
     )
+}
+
+/// The signed `SuspensionReceipt` of a suspension about to be committed.
+pub(crate) fn suspension_receipt(env: &SessionEnv, suspension: &Suspension) -> SessionEvent {
+    let frame_sha256 = suspension.frame.as_ref().map(frame_hash);
+    SessionEvent::SuspensionReceipt(env.journal.keyring().sign(SuspensionReceipt {
+        handle: suspension.handle.clone(),
+        session_id: suspension.session_id.clone(),
+        initiator: suspension.initiator,
+        actor: suspension.actor.clone(),
+        mode: suspension.mode,
+        reason: suspension.reason.clone(),
+        conditions: suspension.resume_when.clone(),
+        suspended_at: suspension.suspended_at,
+        turn_id: suspension.turn_id.clone(),
+        frame_sha256,
+        span_id: suspension.span_links.first().map(|l| l.span_id.clone()),
+    }))
+}
+
+fn frame_hash(frame: &Frame) -> String {
+    sha256_of_json(&serde_json::to_value(frame).unwrap_or(Value::Null))
+}
+
+/// The signed receipt of a drain decision taken now.
+pub(crate) fn drain_receipt(
+    env: &SessionEnv,
+    session_id: &SessionId,
+    turn_id: Option<&TurnId>,
+    item: DrainedItem,
+    seam: Option<Seam>,
+    action: DrainAction,
+    reason: Option<String>,
+) -> SessionEvent {
+    SessionEvent::DrainDecisionReceipt(env.journal.keyring().sign(DrainDecisionReceipt {
+        session_id: session_id.clone(),
+        turn_id: turn_id.cloned(),
+        item,
+        seam,
+        action,
+        reason,
+        decided_at: env.config.clock.now(),
+    }))
+}
+
+/// The drain receipt of a suspend request turn `turn_id` parked for at
+/// `seam` (`None`: completed outside the loop).
+pub(crate) fn suspend_drained(
+    env: &SessionEnv,
+    suspension: &Suspension,
+    mode: SuspendMode,
+    seam: Option<Seam>,
+    turn_id: &TurnId,
+) -> SessionEvent {
+    drain_receipt(
+        env,
+        &suspension.session_id,
+        Some(turn_id),
+        DrainedItem::SuspendRequest {
+            handle: suspension.handle.clone(),
+            mode,
+        },
+        seam,
+        DrainAction::Parked,
+        None,
+    )
+}
+
+/// `events` as journal records stamped `now`, each injection delivery or drop
+/// followed by its signed drain receipt (same batch, so the decision and its
+/// receipt are durable together).
+pub(crate) fn stamp(
+    env: &SessionEnv,
+    session_id: &SessionId,
+    turn_id: Option<&TurnId>,
+    now: DateTime<Utc>,
+    events: Vec<SessionEvent>,
+) -> Vec<EventRecord> {
+    let mut out = Vec::with_capacity(events.len());
+    for event in events {
+        let drained = match &event {
+            SessionEvent::InjectionDelivered { injection, seam } => Some((
+                DrainedItem::Injection {
+                    message_id: injection.message_id.clone(),
+                    mode: Some(injection.mode),
+                },
+                Some(*seam),
+                DrainAction::Delivered,
+                None,
+            )),
+            SessionEvent::InjectionDropped { message_id, reason } => Some((
+                DrainedItem::Injection {
+                    message_id: message_id.clone(),
+                    mode: None,
+                },
+                None,
+                DrainAction::Dropped,
+                Some(reason.clone()),
+            )),
+            _ => None,
+        };
+        out.push(EventRecord { at: now, event });
+        if let Some((item, seam, action, reason)) = drained {
+            out.push(EventRecord {
+                at: now,
+                event: drain_receipt(env, session_id, turn_id, item, seam, action, reason),
+            });
+        }
+    }
+    out
 }

@@ -10,6 +10,7 @@ use berth_storage::{Batch, StorageError, TurnCheckpoint};
 use serde_json::json;
 
 use super::lifecycle::suspend;
+use super::receipt::stamp;
 use super::SessionEnv;
 
 /// What a tool call or permission request left unsettled reads as.
@@ -139,10 +140,13 @@ pub async fn seal_open_turn(
         ..terminal
     };
     let now = env.config.clock.now();
-    let mut events: Vec<EventRecord> = loose_ends(&turn_events)
-        .into_iter()
-        .map(|event| EventRecord { at: now, event })
-        .collect();
+    let mut events: Vec<EventRecord> = stamp(
+        env,
+        session_id,
+        Some(&open.turn_id),
+        now,
+        loose_ends(&turn_events),
+    );
     events.push(EventRecord {
         at: now,
         event: SessionEvent::TurnEnded {
@@ -338,11 +342,15 @@ async fn recover_suspension(
             (frame, Vec::new())
         }
     };
-    let (request, method, summary) = match record.suspend_request.take() {
-        Some(request) => (request, "session/suspend", None),
+    let (request, method, summary, drained) = match record.suspend_request.take() {
+        // Completed at start-up, outside any seam.
+        Some(request) => {
+            let drained = Some((request.mode, None, open.turn_id.clone()));
+            (request, "session/suspend", None, drained)
+        }
         None => {
             let (request, summary) = suspend::agent_request(env, frame.park().cloned(), now);
-            (request, suspend::AGENT_METHOD, summary)
+            (request, suspend::AGENT_METHOD, summary, None)
         }
     };
     // Loose ends: permission waits and undelivered injections as for a
@@ -356,11 +364,8 @@ async fn recover_suspension(
         .collect();
     record.updated_at = now;
     let suspension = suspend::envelope(&record, &request, Some(frame), summary, now);
-    events.extend(suspend::parked_events(env, &suspension, method));
-    let records: Vec<EventRecord> = events
-        .into_iter()
-        .map(|event| EventRecord { at: now, event })
-        .collect();
+    events.extend(suspend::parked_events(env, &suspension, method, drained));
+    let records = stamp(env, &session_id, Some(&open.turn_id), now, events);
     env.journal
         .commit(suspend::park_batch(&record, &suspension, &records))
         .await?;

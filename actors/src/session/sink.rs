@@ -4,11 +4,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use berth_runtime::engine::{PermissionDecision, PermissionRequest, SinkError, TurnSink};
-use berth_runtime::event::{EventRecord, SessionEvent};
+use berth_runtime::event::SessionEvent;
 use berth_runtime::frame::Frame;
 use berth_runtime::ids::{SessionId, TurnId};
 use berth_storage::Batch;
 
+use super::receipt::stamp;
 use super::SessionEnv;
 use crate::watch::Watchers;
 
@@ -25,24 +26,27 @@ pub(crate) struct JournalSink {
 #[async_trait]
 impl TurnSink for JournalSink {
     async fn emit(&self, event: SessionEvent) -> Result<(), SinkError> {
-        let record = EventRecord {
-            at: self.env.config.clock.now(),
-            event,
-        };
+        // A delivery or drop goes with its signed drain receipt.
+        let records = stamp(
+            &self.env,
+            &self.session_id,
+            Some(&self.turn_id),
+            self.env.config.clock.now(),
+            vec![event],
+        );
+        let batch = records.iter().fold(
+            Batch::new().fenced_by_turn(&self.session_id, &self.turn_id),
+            |b, r| b.append(&self.session_id, r),
+        );
         let ids = self
             .env
             .journal
-            .commit(
-                Batch::new()
-                    .fenced_by_turn(&self.session_id, &self.turn_id)
-                    .append(&self.session_id, &record),
-            )
+            .commit(batch)
             .await
             .map_err(|e| SinkError(e.to_string()))?;
-        let record = Arc::new(record);
         self.watchers.publish(
             &self.session_id,
-            ids.into_iter().map(|id| (id, Arc::clone(&record))),
+            ids.into_iter().zip(records.into_iter().map(Arc::new)),
         );
         Ok(())
     }

@@ -224,6 +224,7 @@ async fn send(ctx: &Ctx, params: Value, streaming: bool) -> Result<Answer, RpcEr
         actor: ctx.actor.clone(),
         lateness_ms: None,
         message_id: Some(message.message_id.clone()),
+        trigger: None,
     };
     match action {
         Action::Resume(handle) => {

@@ -222,6 +222,9 @@ pub fn render_notice(notice: &SessionNotice, options: RenderOptions) -> Vec<Stri
         | SessionEvent::InjectionReplaced { .. }
         | SessionEvent::InjectionDropped { .. }
         | SessionEvent::ControlOutcome(_)
+        | SessionEvent::SuspensionReceipt(_)
+        | SessionEvent::ResumptionReceipt(_)
+        | SessionEvent::DrainDecisionReceipt(_)
         | SessionEvent::Directive { .. }
         | SessionEvent::TurnRolledBack { .. }
         | SessionEvent::TurnRedone { .. }

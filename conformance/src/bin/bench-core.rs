@@ -122,6 +122,18 @@
 //! from `/proc`) is printed per session per round. `--only-suspend` runs this
 //! section alone; `--skip-suspend` skips it.
 //!
+//! # 5. Receipt signing
+//!
+//! In-process, no I/O: the CPU cost of signing one receipt with the keyring
+//! (HMAC-SHA256 over the receipt's canonical JSON, `berth_storage::Keyring::sign`)
+//! for a `control_outcome`, a `SuspensionReceipt` with resume conditions and a
+//! `ResumptionReceipt` with a trigger match; of verifying a `control_outcome`;
+//! and of the resume input hash (SHA-256 over the canonical JSON of a ~1 KiB
+//! input). Each figure is `--sign-receipts` operations (default 100 000) in
+//! batches of 1 000, after one unmeasured batch; the report gives µs per
+//! operation: the mean, and the p50/p99 of the per-batch means. `--only-sign`
+//! runs this section alone; `--sign-receipts 0` skips it.
+//!
 //! The last line of output is a one-line JSON summary of everything printed.
 
 use std::collections::{BTreeMap, HashMap};
@@ -206,11 +218,21 @@ struct Args {
     /// Run only the suspend/resume benchmark (as --skip-stdio --skip-journal).
     #[arg(long)]
     only_suspend: bool,
+    /// Receipts signed per figure of the signing benchmark (0 skips it).
+    #[arg(long, default_value_t = 100_000)]
+    sign_receipts: usize,
+    /// Run only the receipt signing benchmark.
+    #[arg(long)]
+    only_sign: bool,
 }
 
 impl Args {
     fn runs_stdio(&self) -> bool {
-        !self.skip_stdio && !self.only_suspend
+        !self.skip_stdio && !self.only_suspend && !self.only_sign
+    }
+
+    fn runs_sign(&self) -> bool {
+        self.sign_receipts > 0 && !self.only_suspend
     }
 
     fn runs_inject(&self) -> bool {
@@ -218,11 +240,12 @@ impl Args {
     }
 
     fn runs_journal(&self) -> bool {
-        !self.skip_journal && !self.only_suspend
+        !self.skip_journal && !self.only_suspend && !self.only_sign
     }
 
     fn runs_suspend(&self) -> bool {
         !self.skip_suspend
+            && !self.only_sign
             && (self.suspend_sessions.iter().any(|&n| n > 0)
                 || self.suspend_parked_sessions.iter().any(|&n| n > 0))
     }
@@ -324,6 +347,11 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
+    let signing = if args.runs_sign() {
+        sign_bench(args.sign_receipts)?
+    } else {
+        Vec::new()
+    };
     let load_after = load_average();
     if let Some(load) = &load_after {
         println!("load average      {load} (after)");
@@ -339,6 +367,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         })),
         "suspend": suspend.iter().map(SuspendReport::to_json).collect::<Vec<_>>(),
         "journal": journal.iter().map(JournalRow::to_json).collect::<Vec<_>>(),
+        "signing_us_per_op": signing.iter().map(SignRow::to_json).collect::<Vec<_>>(),
     });
     println!("{summary}");
     Ok(())
@@ -1866,4 +1895,171 @@ async fn suspend_round(
     out.suspend_walls.push(suspend_wall);
     out.resume_walls.push(resume_wall);
     Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// 5. Receipt signing
+// ---------------------------------------------------------------------------
+
+/// One signing figure: µs per operation.
+struct SignRow {
+    what: &'static str,
+    bytes: usize,
+    mean_us: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+impl SignRow {
+    fn to_json(&self) -> Value {
+        json!({"what": self.what, "signed_bytes": self.bytes, "mean": self.mean_us,
+               "p50": self.p50_us, "p99": self.p99_us})
+    }
+}
+
+/// Times `op` `total` times in batches of 1 000 (one unmeasured batch first).
+fn time_op(what: &'static str, bytes: usize, total: usize, mut op: impl FnMut()) -> SignRow {
+    const BATCH: usize = 1_000;
+    for _ in 0..BATCH {
+        op();
+    }
+    let batches = total.div_ceil(BATCH).max(1);
+    let mut per_op: Vec<f64> = Vec::with_capacity(batches);
+    let started = Instant::now();
+    for _ in 0..batches {
+        let t = Instant::now();
+        for _ in 0..BATCH {
+            op();
+        }
+        per_op.push(t.elapsed().as_secs_f64() * 1e6 / BATCH as f64);
+    }
+    let mean_us = started.elapsed().as_secs_f64() * 1e6 / (batches * BATCH) as f64;
+    per_op.sort_by(f64::total_cmp);
+    let at = |p: usize| per_op[((per_op.len() - 1) * p) / 100];
+    SignRow {
+        what,
+        bytes,
+        mean_us,
+        p50_us: at(50),
+        p99_us: at(99),
+    }
+}
+
+fn sign_bench(total: usize) -> anyhow::Result<Vec<SignRow>> {
+    use berth_runtime::event::{ControlOutcome, ControlStatus};
+    use berth_runtime::receipt::{
+        sha256_of_json, Receipt, ResumptionReceipt, SuspensionReceipt, TriggerMatch,
+    };
+    use berth_runtime::suspension::{Initiator, ResumeCause, ResumeConditions, SuspendMode};
+    use berth_storage::Keyring;
+
+    let keyring = Keyring::from_keys(vec![("k1".into(), vec![0x5a; 32])])?;
+    let now = SystemClock.now();
+    let outcome = ControlOutcome {
+        session_id: "sess_6f1c2b7e0a9d4c3b8e1f2a3b4c5d6e7f".into(),
+        control_id: "ctl_0123456789abcdef0123456789abcdef".into(),
+        method: "session/inject".into(),
+        outcome: "accepted".into(),
+        status: ControlStatus::Accepted,
+        actor: "acp:stdio:1".into(),
+        target: json!({"sessionId": "sess_6f1c2b7e0a9d4c3b8e1f2a3b4c5d6e7f", "messageId": "msg_0123456789abcdef"}),
+        reason: None,
+        metadata: Value::Null,
+        decided_at: now,
+    };
+    let conditions = ResumeConditions::parse(
+        &json!({
+            "onEvent": "ci.passed",
+            "timeout": {"durationMinutes": 30, "onTimeout": "resume_with_summary"}
+        }),
+        "resumeWhen",
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    let suspension = SuspensionReceipt {
+        handle: "susp_0123456789abcdef0123456789abcdef".into(),
+        session_id: SessionId::from("sess_6f1c2b7e0a9d4c3b8e1f2a3b4c5d6e7f"),
+        initiator: Initiator::Client,
+        actor: "acp:stdio:1".into(),
+        mode: SuspendMode::FinishStep,
+        reason: Some("waiting for CI".into()),
+        conditions: Some(conditions),
+        suspended_at: now,
+        turn_id: Some("turn_0123456789abcdef0123456789abcdef".into()),
+        frame_sha256: Some(sha256_of_json(&json!({"frame": "x"}))),
+        span_id: None,
+    };
+    let input: Value = json!({
+        "note": "CI passed on main; continue with the release notes",
+        "build": {"sha": "abc123".repeat(6), "checks": (0..20).map(|i| json!({"name": format!("check-{i}"), "ok": true})).collect::<Vec<_>>()},
+    });
+    let resumption = ResumptionReceipt {
+        handle: suspension.handle.clone(),
+        session_id: suspension.session_id.clone(),
+        cause: ResumeCause::ExternalEvent,
+        actor: "event:ci.passed".into(),
+        input_sha256: Some(sha256_of_json(&input)),
+        continue_transcript: true,
+        suspension_span_id: None,
+        suspended_at: now,
+        trigger: Some(TriggerMatch::Event {
+            name: "ci.passed".into(),
+            seq: 42,
+            received_at: now,
+        }),
+        lateness_ms: None,
+        turn_id: suspension.turn_id.clone(),
+        resumed_at: now,
+    };
+    let signed = keyring.sign(outcome.clone());
+    let input_bytes = serde_json::to_vec(&input)?.len();
+    let rows = vec![
+        time_op(
+            "sign control_outcome",
+            outcome.signing_bytes().len(),
+            total,
+            || {
+                std::hint::black_box(keyring.sign(std::hint::black_box(outcome.clone())));
+            },
+        ),
+        time_op(
+            "sign SuspensionReceipt",
+            suspension.signing_bytes().len(),
+            total,
+            || {
+                std::hint::black_box(keyring.sign(std::hint::black_box(suspension.clone())));
+            },
+        ),
+        time_op(
+            "sign ResumptionReceipt",
+            resumption.signing_bytes().len(),
+            total,
+            || {
+                std::hint::black_box(keyring.sign(std::hint::black_box(resumption.clone())));
+            },
+        ),
+        time_op(
+            "verify control_outcome",
+            outcome.signing_bytes().len(),
+            total,
+            || {
+                let _ = std::hint::black_box(keyring.verify(std::hint::black_box(&signed)));
+            },
+        ),
+        time_op("resume input hash", input_bytes, total, || {
+            std::hint::black_box(sha256_of_json(std::hint::black_box(&input)));
+        }),
+    ];
+    println!(
+        "== receipt signing (in-process, HMAC-SHA256 over canonical JSON) ==\n\
+         {total} operations per figure in batches of 1000; µs per operation\n\
+         what                        bytes    mean µs   p50 µs   p99 µs"
+    );
+    for row in &rows {
+        println!(
+            "{:<26} {:>7} {:>10.2} {:>8.2} {:>8.2}",
+            row.what, row.bytes, row.mean_us, row.p50_us, row.p99_us
+        );
+    }
+    println!();
+    Ok(rows)
 }

@@ -113,6 +113,11 @@ pub struct ExecutionSuspended {
     pub frame: Frame,
     /// Set when the agent parked itself (`await_resumption`).
     pub park: Option<AgentPark>,
+    /// The seam it parked at: `turn_start` (before the next model call),
+    /// `pre_tool_dispatch` (an `interrupt_immediate` suspension left calls
+    /// of the batch unstarted) or `post_tool_dispatch` (a call of the batch
+    /// yielded and its group settled). Journaled in the drain receipt.
+    pub seam: Seam,
 }
 
 /// Result of a call stopped by `session/cancel_tool_call`.
@@ -223,8 +228,8 @@ pub fn check_resumable(
 enum Exit {
     Stopped,
     Sink(SinkError),
-    /// Park here: the frame to checkpoint.
-    Suspend(Box<Frame>),
+    /// Park here: the frame to checkpoint, and the seam it parks at.
+    Suspend(Box<Frame>, Seam),
 }
 
 impl From<SinkError> for Exit {
@@ -359,7 +364,7 @@ impl<'a> Turn<'a> {
             Ok(terminal) => terminal,
             Err(Exit::Stopped) => self.deps.control.stop_terminal(),
             Err(Exit::Sink(e)) => Terminal::new(TerminalKind::InternalError, e.to_string()),
-            Err(Exit::Suspend(frame)) => match self.suspend(*frame).await {
+            Err(Exit::Suspend(frame, seam)) => match self.suspend(*frame, seam).await {
                 Ok(suspended) => return TurnExit::Suspended(Box::new(suspended)),
                 Err(e) => Terminal::new(TerminalKind::InternalError, e.to_string()),
             },
@@ -380,7 +385,11 @@ impl<'a> Turn<'a> {
     /// Parks the turn: the frame (with the files changed so far) is
     /// checkpointed, and only once that is acknowledged are messages still
     /// waiting for a seam dropped and the suspension reported.
-    async fn suspend(&mut self, mut frame: Frame) -> Result<ExecutionSuspended, SinkError> {
+    async fn suspend(
+        &mut self,
+        mut frame: Frame,
+        seam: Seam,
+    ) -> Result<ExecutionSuspended, SinkError> {
         frame.file_changes = self.take_file_changes();
         self.sink.checkpoint(&frame).await?;
         let pending: Vec<_> = self.deps.control.steering().drain_all();
@@ -395,17 +404,16 @@ impl<'a> Turn<'a> {
         Ok(ExecutionSuspended {
             park: frame.park().cloned(),
             frame,
+            seam,
         })
     }
 
     /// The frame for parking before the next model call.
     fn parked_before_model(&self, iteration: u32) -> Exit {
-        Exit::Suspend(Box::new(self.frame(
-            Phase::Provider,
-            iteration,
-            vec![],
-            vec![],
-        )))
+        Exit::Suspend(
+            Box::new(self.frame(Phase::Provider, iteration, vec![], vec![])),
+            Seam::TurnStart,
+        )
     }
 
     async fn resume(&mut self, frame: Frame, resume: &ResumeInput) -> Result<Terminal, Exit> {
@@ -802,8 +810,17 @@ impl<'a> Turn<'a> {
             self.check_budget();
         }
         if !pending.is_empty() || parked(&outcomes) {
+            // Calls left unstarted: an `interrupt_immediate` suspension took
+            // effect before the next group dispatched. Otherwise a call of
+            // the batch yielded (the agent's park, or a cooperative tool
+            // honouring the suspend signal) and its group settled.
+            let seam = if pending.is_empty() {
+                Seam::PostToolDispatch
+            } else {
+                Seam::PreToolDispatch
+            };
             let frame = self.frame(Phase::Tools, iteration, outcomes, pending.into());
-            return Err(Exit::Suspend(Box::new(frame)));
+            return Err(Exit::Suspend(Box::new(frame), seam));
         }
         for outcome in &outcomes {
             self.turn_messages.push(Message::Tool {

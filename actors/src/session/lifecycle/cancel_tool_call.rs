@@ -4,7 +4,7 @@ use berth_runtime::engine::CallCancel;
 use berth_runtime::event::ControlStatus;
 use serde_json::json;
 
-use super::super::receipt::receipt;
+use super::super::receipt::{control_outcome, signed_outcome};
 use super::super::SessionState;
 use crate::error::ControlError;
 
@@ -33,8 +33,9 @@ pub(crate) async fn cancel_tool_call(
     };
     let target = json!({"sessionId": state.record.session_id, "toolCallId": tool_call_id});
     let rejected = (answer == CallCancel::NotFound).then_some("not_found");
-    let mut event = receipt(
-        state,
+    let mut outcome = control_outcome(
+        &state.env,
+        &state.record.session_id,
         "session/cancel_tool_call",
         actor,
         status,
@@ -42,10 +43,11 @@ pub(crate) async fn cancel_tool_call(
         target,
         rejected,
     );
-    if let (Some(why), berth_runtime::event::SessionEvent::ControlOutcome(o)) = (reason, &mut event)
-    {
-        o.metadata = json!({ "reason": why });
+    if let Some(why) = reason {
+        outcome.metadata = json!({ "reason": why });
     }
+    // Signed with its metadata.
+    let event = signed_outcome(&state.env, outcome);
     state.record(vec![event]).await?;
     Ok(answer)
 }

@@ -19,6 +19,7 @@ use berth_storage::{Batch, OpenTurn, TurnCheckpoint};
 use futures::FutureExt;
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 
+use super::super::receipt::stamp;
 use super::super::sink::JournalSink;
 use super::super::{RunningTurn, SessionMsg, SessionState};
 use super::suspend;
@@ -124,11 +125,7 @@ pub(crate) async fn begin(
             .collect();
         record.title = Some(first_line).filter(|t| !t.trim().is_empty());
     }
-    let mut events: Vec<EventRecord> = prelude
-        .events
-        .into_iter()
-        .map(|event| EventRecord { at: now, event })
-        .collect();
+    let mut events: Vec<EventRecord> = stamp(&env, &session_id, None, now, prelude.events);
     events.push(EventRecord {
         at: now,
         event: SessionEvent::TurnStarted {
@@ -383,19 +380,23 @@ async fn seal_ended(
         Some(request) if state.pending_close.is_empty() => {
             let suspension = suspend::envelope(&record, &request, None, None, now);
             batch = batch.put_suspension(&suspension);
+            // Drained after the loop exited (`wait_for_completion`, or the
+            // model ended the turn before a seam could park it).
             events.extend(suspend::parked_events(
                 &state.env,
                 &suspension,
                 "session/suspend",
+                Some((
+                    request.mode,
+                    Some(berth_runtime::steering::Seam::LoopExit),
+                    turn.turn_id.clone(),
+                )),
             ));
             Some(suspension)
         }
         _ => None,
     };
-    let records: Vec<EventRecord> = events
-        .into_iter()
-        .map(|event| EventRecord { at: now, event })
-        .collect();
+    let records = stamp(&env, &session_id, Some(&turn.turn_id), now, events);
     let batch = records
         .iter()
         .fold(batch.put_session(&record), |b, e| b.append(&session_id, e));

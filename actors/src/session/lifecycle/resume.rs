@@ -16,6 +16,7 @@ use berth_runtime::event::{ControlStatus, SessionEvent};
 use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
 use berth_runtime::ids::TurnId;
+use berth_runtime::receipt::{sha256_of_json, ResumptionReceipt};
 use berth_runtime::suspension::{ResumeClaim, ResumeClaimKind, Suspension};
 use berth_runtime::terminal::{Terminal, TerminalKind, TerminalOwner};
 use berth_runtime::tools::ResumeInput;
@@ -92,6 +93,25 @@ async fn claim(
         input: params.input.clone(),
         message_id: params.message_id.clone(),
     };
+    // The signed ResumptionReceipt, in the claim's batch.
+    let input_sha256 = params.input.as_ref().map(sha256_of_json);
+    let keyring = state.env.journal.keyring().clone();
+    let resumption = |turn_id: Option<TurnId>| {
+        SessionEvent::ResumptionReceipt(keyring.sign(ResumptionReceipt {
+            handle: handle.clone(),
+            session_id: session_id.clone(),
+            cause: params.cause,
+            actor: params.actor.clone(),
+            input_sha256: input_sha256.clone(),
+            continue_transcript,
+            suspension_span_id: suspension.span_links.first().map(|l| l.span_id.clone()),
+            suspended_at: suspension.suspended_at,
+            trigger: params.trigger.clone(),
+            lateness_ms: params.lateness_ms,
+            turn_id,
+            resumed_at: now,
+        }))
+    };
     let accepted = receipt(
         state,
         METHOD,
@@ -135,7 +155,11 @@ async fn claim(
             let mut record = state.record.clone();
             record.budget_grant.add(&grant);
             record.updated_at = now;
-            let events = vec![resumed(Some(turn_id.clone())), accepted];
+            let events = vec![
+                resumed(Some(turn_id.clone())),
+                accepted,
+                resumption(Some(turn_id.clone())),
+            ];
             let batch = prelude_batch
                 .put_session(&record)
                 .open_turn(&open)
@@ -212,8 +236,9 @@ async fn claim(
                 before.extend(prelude.transcript.iter().cloned());
                 digest(&suspension, &before, params.input.as_ref())
             };
-            prelude.events.push(resumed(Some(fresh)));
+            prelude.events.push(resumed(Some(fresh.clone())));
             prelude.events.push(accepted);
+            prelude.events.push(resumption(Some(fresh)));
             let saved = std::mem::replace(&mut state.record, record);
             match prompt::begin(myself, state, Prompt::text(text), None, prelude).await {
                 Ok(turn_id) => {
@@ -229,7 +254,7 @@ async fn claim(
         // An idle session with no input, continuing its transcript: it just
         // wakes.
         _ => {
-            let events = vec![resumed(None), accepted];
+            let events = vec![resumed(None), accepted, resumption(None)];
             state
                 .record_with(prelude_batch, events)
                 .await

@@ -14,6 +14,8 @@ use std::sync::Arc;
 use berth_runtime::engine::ExecutionSuspended;
 use berth_runtime::event::{ControlStatus, EventRecord, SessionEvent};
 use berth_runtime::frame::{Frame, ToolOutcomeStatus};
+use berth_runtime::ids::TurnId;
+use berth_runtime::steering::Seam;
 use berth_runtime::suspension::{
     Initiator, ResumeClaim, ResumeClaimKind, SuspendMode, SuspendRequest, Suspension, Wakeup,
 };
@@ -23,7 +25,9 @@ use chrono::{DateTime, Utc};
 use ractor::{ActorProcessingErr, RpcReplyPort};
 use serde_json::json;
 
-use super::super::receipt::{receipt, receipt_in, rejected};
+use super::super::receipt::{
+    receipt, receipt_in, rejected, stamp, suspend_drained, suspension_receipt,
+};
 use super::super::seal::seal_parked;
 use super::super::{RunningTurn, SessionEnv, SessionState};
 use crate::error::ControlError;
@@ -81,7 +85,7 @@ pub(crate) async fn suspend(
         // Idle: park at once.
         let request = request(state, &params, now);
         let suspension = envelope(&state.record, &request, None, None, now);
-        let events = parked_events(&state.env, &suspension, METHOD);
+        let events = parked_events(&state.env, &suspension, METHOD, None);
         let batch = Batch::new().put_suspension(&suspension);
         match state.record_with(batch, events).await {
             Ok(()) => {
@@ -214,13 +218,21 @@ fn digest(frame: Option<&Frame>, reason: Option<&str>) -> String {
     )
 }
 
-/// The `suspended` event and its receipt.
+/// A queued suspend request a park consumed: the mode in force when it was
+/// drained, the seam (`None`: completed outside the turn loop), and the turn
+/// that drained it.
+pub(crate) type Drained = Option<(SuspendMode, Option<Seam>, TurnId)>;
+
+/// The `suspended` event, its `control_outcome` receipt, its signed
+/// `SuspensionReceipt`, and — when the park drained a queued request — that
+/// request's signed drain receipt.
 pub(crate) fn parked_events(
     env: &SessionEnv,
     suspension: &Suspension,
     method: &str,
+    drained: Drained,
 ) -> Vec<SessionEvent> {
-    vec![
+    let mut events = vec![
         SessionEvent::Suspended {
             handle: suspension.handle.clone(),
             reason: suspension.reason.clone(),
@@ -241,7 +253,12 @@ pub(crate) fn parked_events(
             json!({"sessionId": suspension.session_id, "handle": suspension.handle}),
             suspension.reason.as_deref(),
         ),
-    ]
+        suspension_receipt(env, suspension),
+    ];
+    if let Some((mode, seam, turn_id)) = drained {
+        events.push(suspend_drained(env, suspension, mode, seam, &turn_id));
+    }
+    events
 }
 
 /// The answer to a suspend.
@@ -321,11 +338,14 @@ pub(crate) async fn park_turn(
         .suspend_request
         .take()
         .or_else(|| policy_request(&state.env, &turn.control, now));
-    let (request, summary, method) = match pending {
-        Some(request) => (request, None, METHOD),
+    let (request, summary, method, drained) = match pending {
+        Some(request) => {
+            let drained = Some((request.mode, Some(suspended.seam), turn.turn_id.clone()));
+            (request, None, METHOD, drained)
+        }
         None => {
             let (request, summary) = agent_request(&state.env, suspended.park.clone(), now);
-            (request, summary, AGENT_METHOD)
+            (request, summary, AGENT_METHOD, None)
         }
     };
     let suspension = envelope(&record, &request, Some(frame), summary, now);
@@ -333,11 +353,8 @@ pub(crate) async fn park_turn(
         &turn.control,
         "the session suspended before this message was delivered",
     );
-    events.extend(parked_events(&state.env, &suspension, method));
-    let records: Vec<EventRecord> = events
-        .into_iter()
-        .map(|event| EventRecord { at: now, event })
-        .collect();
+    events.extend(parked_events(&state.env, &suspension, method, drained));
+    let records = stamp(&state.env, &session_id, Some(&turn.turn_id), now, events);
     let batch = park_batch(&record, &suspension, &records);
     match state.env.journal.commit(batch).await {
         Ok(ids) => {

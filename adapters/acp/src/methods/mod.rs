@@ -122,18 +122,14 @@ pub(crate) fn receipt_unknown_session(
     error: berth_actors::ControlError,
 ) -> RpcError {
     if let berth_actors::ControlError::UnknownSession { .. } = &error {
-        let event = berth_runtime::event::SessionEvent::ControlOutcome(
-            berth_runtime::event::ControlOutcome {
-                session_id: session_id.0.clone(),
-                control_id: conn.node.config().ids.new_id("ctl"),
-                method: method.into(),
-                outcome: "unknown_session".into(),
-                status: berth_runtime::event::ControlStatus::Rejected,
-                actor: conn.actor(),
-                target: serde_json::json!({"sessionId": session_id}),
-                reason: Some("unknown_session".into()),
-                metadata: Value::Null,
-            },
+        let event = conn.node.unjournaled_receipt(
+            session_id,
+            method,
+            &conn.actor(),
+            berth_runtime::event::ControlStatus::Rejected,
+            "unknown_session",
+            serde_json::json!({"sessionId": session_id}),
+            Some("unknown_session"),
         );
         // Same shape as a journaled receipt, minus the eventId it cannot have.
         conn.send(crate::jsonrpc::encode_notification(

@@ -198,6 +198,7 @@ pub(crate) async fn claim(
                 actor: conn.actor(),
                 lateness_ms: None,
                 message_id: None,
+                trigger: None,
             },
         )
         .await

@@ -1,0 +1,430 @@
+//! `berth verify`: checks every session's hash chain and every signed receipt
+//! of a journal, read-only (DESIGN.md, "The journal").
+//!
+//! For each session, in event order, [`verify_journal`] checks that
+//!
+//! 1. ids run 1, 2, 3, … without a gap (`sequence`: a dropped event);
+//! 2. the row has its chain header (`row`);
+//! 3. the row's own hash matches its bytes and position (`hash`: an edited,
+//!    moved or swapped event);
+//! 4. it chains to the previous row's hash (`chain`: the previous event was
+//!    replaced by a self-consistent forgery);
+//! 5. its JSON decodes (`decode`);
+//! 6. a receipt it carries (`control_outcome`, `suspension_receipt`,
+//!    `resumption_receipt`, `drain_decision_receipt`) verifies under the key
+//!    its signature names (`signature`);
+//!
+//! and at the end that the signed chain head names the last event and its
+//! hash (`head`: the tail was dropped, or the log was re-hashed without the
+//! key). The first failure is the session's verdict `tampered`, with its seq
+//! and what failed; later events are not examined.
+//!
+//! The file is opened read-only. A journal left by a killed process (no
+//! clean shutdown, no quick-repair) cannot be opened read-only by redb; it is
+//! then repaired and read in a temporary copy, and the data dir is still not
+//! touched. A journal a running berth holds is refused: stop the server first.
+
+use std::path::{Path, PathBuf};
+
+use berth_runtime::event::{EventRecord, SessionEvent};
+use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
+use serde::Serialize;
+
+use crate::chain::{self, ChainHead};
+use crate::error::StorageError;
+use crate::journal::{FORMAT_KEY, JOURNAL_FORMAT};
+use crate::keyring::Keyring;
+use crate::tables::{CHAIN_HEADS, EVENTS, META, SESSIONS};
+
+/// Which check an event failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Check {
+    /// An event id is missing (dropped), or ids are out of order.
+    Sequence,
+    /// The row has no valid chain header.
+    Row,
+    /// The row's hash does not match its content and position (edited,
+    /// moved or swapped).
+    Hash,
+    /// The row does not chain to its predecessor's hash.
+    Chain,
+    /// The event JSON does not decode.
+    Decode,
+    /// A receipt's signature does not verify.
+    Signature,
+    /// The chain head is missing, forged, or does not name the last event.
+    Head,
+}
+
+/// The first bad event of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// The event id (seq) at which the check failed.
+    pub seq: u64,
+    /// Which check.
+    pub check: Check,
+    /// What exactly.
+    pub message: String,
+}
+
+/// A session's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every check passed.
+    Ok,
+    /// A check failed; see `first_bad`.
+    Tampered,
+}
+
+/// One session's result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionReport {
+    /// The session id.
+    pub session_id: String,
+    /// The verdict.
+    pub status: Verdict,
+    /// Events examined (up to and including the first bad one).
+    pub events: u64,
+    /// Signed receipts verified.
+    pub receipts: u64,
+    /// The first failure, when tampered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_bad: Option<Finding>,
+}
+
+/// The result of verifying one journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    /// The journal file.
+    pub journal: String,
+    /// Its format.
+    pub format: u64,
+    /// The key ids verification used.
+    pub keys: Vec<String>,
+    /// Whether the file needed crash repair, done in a temporary copy.
+    pub repaired_copy: bool,
+    /// Per session, in session id order.
+    pub sessions: Vec<SessionReport>,
+    /// Sessions `ok`.
+    pub ok: usize,
+    /// Sessions `tampered`.
+    pub tampered: usize,
+}
+
+impl VerifyReport {
+    /// Whether every session verified.
+    pub fn is_ok(&self) -> bool {
+        self.tampered == 0
+    }
+}
+
+/// Verifies every session of the journal at `path` with `keyring` (see the
+/// module docs). Never writes to `path`.
+///
+/// # Errors
+/// [`StorageError::Open`] when there is no journal at `path` or a running
+/// berth holds it; [`StorageError::Format`] for a journal of another format;
+/// [`StorageError::Database`] on I/O failure. Tampering is not an error: it
+/// is in the report.
+pub fn verify_journal(path: &Path, keyring: &Keyring) -> Result<VerifyReport, StorageError> {
+    let open_err = |message: String| StorageError::Open {
+        path: path.display().to_string(),
+        message,
+    };
+    if !path.is_file() {
+        return Err(open_err(
+            "no journal file there (pass the --data-dir a berth served)".into(),
+        ));
+    }
+    match ReadOnlyDatabase::open(path) {
+        Ok(db) => verify_db(&db, path, keyring, false),
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(open_err(
+            "a running berth holds it; stop `berth serve` on this data dir, then verify".into(),
+        )),
+        Err(redb::DatabaseError::RepairAborted) => {
+            // Killed without a clean shutdown: repair a copy, not the original.
+            let copy = TempCopy::of(path).map_err(|e| open_err(e.to_string()))?;
+            let db = Database::create(&copy.0).map_err(|e| open_err(e.to_string()))?;
+            verify_db(&db, path, keyring, true)
+        }
+        Err(e) => Err(open_err(e.to_string())),
+    }
+}
+
+/// A temporary copy of the journal, removed on drop.
+struct TempCopy(PathBuf);
+
+impl TempCopy {
+    fn of(path: &Path) -> std::io::Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let copy =
+            std::env::temp_dir().join(format!("berth-verify-{}-{nanos}.redb", std::process::id()));
+        std::fs::copy(path, &copy)?;
+        Ok(Self(copy))
+    }
+}
+
+impl Drop for TempCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn verify_db(
+    db: &impl ReadableDatabase,
+    path: &Path,
+    keyring: &Keyring,
+    repaired_copy: bool,
+) -> Result<VerifyReport, StorageError> {
+    let txn = db.begin_read()?;
+    let meta = txn.open_table(META)?;
+    let format = meta.get(FORMAT_KEY)?.map(|v| v.value());
+    if format != Some(JOURNAL_FORMAT) {
+        return Err(StorageError::Format {
+            path: path.display().to_string(),
+            found: format,
+            expected: JOURNAL_FORMAT,
+            hint: "berth verify checks journals with hash chains and signed receipts only",
+        });
+    }
+    let events = txn.open_table(EVENTS)?;
+    let heads = txn.open_table(CHAIN_HEADS)?;
+    let sessions = txn.open_table(SESSIONS)?;
+    let mut reports: Vec<SessionReport> = Vec::new();
+    let mut current: Option<SessionCheck> = None;
+    for entry in events.iter()? {
+        let (key, value) = entry?;
+        let (session, seq) = key.value();
+        if current.as_ref().is_none_or(|c| c.session != session) {
+            if let Some(done) = current.take() {
+                reports.push(done.finish(&heads, keyring)?);
+            }
+            current = Some(SessionCheck::new(session));
+        }
+        if let Some(check) = current.as_mut() {
+            check.event(seq, value.value(), keyring);
+        }
+    }
+    if let Some(done) = current.take() {
+        reports.push(done.finish(&heads, keyring)?);
+    }
+    // Sessions with a head but no event left (every event dropped), and
+    // sessions with neither (created, nothing journaled yet).
+    let mut others: Vec<String> = Vec::new();
+    for entry in heads.iter()? {
+        others.push(entry?.0.value().to_owned());
+    }
+    for entry in sessions.iter()? {
+        others.push(entry?.0.value().to_owned());
+    }
+    others.sort();
+    others.dedup();
+    for session in others {
+        if reports.iter().any(|r| r.session_id == session) {
+            continue;
+        }
+        reports.push(SessionCheck::new(&session).finish(&heads, keyring)?);
+    }
+    reports.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+    let tampered = reports
+        .iter()
+        .filter(|r| r.status == Verdict::Tampered)
+        .count();
+    Ok(VerifyReport {
+        journal: path.display().to_string(),
+        format: JOURNAL_FORMAT,
+        keys: keyring.keys().into_iter().map(|k| k.id).collect(),
+        repaired_copy,
+        ok: reports.len() - tampered,
+        tampered,
+        sessions: reports,
+    })
+}
+
+/// The running check of one session's log.
+struct SessionCheck {
+    session: String,
+    /// The seq and hash of the last good event.
+    last: u64,
+    last_hash: [u8; 32],
+    events: u64,
+    receipts: u64,
+    bad: Option<Finding>,
+}
+
+impl SessionCheck {
+    fn new(session: &str) -> Self {
+        Self {
+            session: session.to_owned(),
+            last: 0,
+            last_hash: chain::GENESIS,
+            events: 0,
+            receipts: 0,
+            bad: None,
+        }
+    }
+
+    fn fail(&mut self, seq: u64, check: Check, message: String) {
+        self.bad = Some(Finding {
+            seq,
+            check,
+            message,
+        });
+    }
+
+    fn event(&mut self, seq: u64, row: &[u8], keyring: &Keyring) {
+        if self.bad.is_some() {
+            return;
+        }
+        self.events += 1;
+        let expected = self.last + 1;
+        if seq != expected {
+            return self.fail(
+                expected,
+                Check::Sequence,
+                format!("event {expected} is missing: the next stored event is {seq} (dropped)"),
+            );
+        }
+        let row = match chain::split_row(row) {
+            Ok(row) => row,
+            Err(message) => return self.fail(seq, Check::Row, message),
+        };
+        if chain::event_hash(&self.session, seq, &row.prev, row.json) != row.hash {
+            return self.fail(
+                seq,
+                Check::Hash,
+                "the event's bytes do not match its hash: it was edited, or moved here from another position".into(),
+            );
+        }
+        if row.prev != self.last_hash {
+            return if seq == 1 {
+                self.fail(
+                    1,
+                    Check::Chain,
+                    "the first event does not start the chain (it was forged)".into(),
+                )
+            } else {
+                self.fail(
+                    seq - 1,
+                    Check::Chain,
+                    format!("event {seq} was chained to a different event {}: this one was replaced (or event {seq} forged)", seq - 1),
+                )
+            };
+        }
+        let record: EventRecord = match serde_json::from_slice(row.json) {
+            Ok(record) => record,
+            Err(e) => {
+                return self.fail(
+                    seq,
+                    Check::Decode,
+                    format!("the event does not decode: {e}"),
+                )
+            }
+        };
+        let verified = match &record.event {
+            SessionEvent::ControlOutcome(r) => Some(("control_outcome", keyring.verify(r))),
+            SessionEvent::SuspensionReceipt(r) => Some(("suspension_receipt", keyring.verify(r))),
+            SessionEvent::ResumptionReceipt(r) => Some(("resumption_receipt", keyring.verify(r))),
+            SessionEvent::DrainDecisionReceipt(r) => {
+                Some(("drain_decision_receipt", keyring.verify(r)))
+            }
+            _ => None,
+        };
+        match verified {
+            Some((kind, Err(e))) => {
+                return self.fail(
+                    seq,
+                    Check::Signature,
+                    format!("the {kind}'s signature: {e}"),
+                )
+            }
+            Some((_, Ok(()))) => self.receipts += 1,
+            None => {}
+        }
+        self.last = seq;
+        self.last_hash = row.hash;
+    }
+
+    fn finish(
+        mut self,
+        heads: &redb::ReadOnlyTable<&str, &[u8]>,
+        keyring: &Keyring,
+    ) -> Result<SessionReport, StorageError> {
+        if self.bad.is_none() {
+            let stored = heads.get(self.session.as_str())?;
+            match stored {
+                None if self.last == 0 => {}
+                None => self.fail(
+                    self.last,
+                    Check::Head,
+                    "the session has events but no chain head (it was removed)".into(),
+                ),
+                Some(stored) => match serde_json::from_slice::<ChainHead>(stored.value()) {
+                    Err(e) => self.fail(
+                        self.last,
+                        Check::Head,
+                        format!("the chain head does not decode: {e}"),
+                    ),
+                    Ok(head) => self.head(&head, keyring),
+                },
+            }
+        }
+        Ok(SessionReport {
+            session_id: self.session,
+            status: if self.bad.is_some() {
+                Verdict::Tampered
+            } else {
+                Verdict::Ok
+            },
+            events: self.events,
+            receipts: self.receipts,
+            first_bad: self.bad,
+        })
+    }
+
+    fn head(&mut self, head: &ChainHead, keyring: &Keyring) {
+        if let Err(e) = head.verify(keyring, &self.session) {
+            return self.fail(
+                head.seq,
+                Check::Head,
+                format!("the chain head's signature: {e}"),
+            );
+        }
+        if head.seq > self.last {
+            return self.fail(
+                self.last + 1,
+                Check::Sequence,
+                format!(
+                    "events {} to {} are missing: the signed chain head says the log ends at {} (dropped)",
+                    self.last + 1,
+                    head.seq,
+                    head.seq
+                ),
+            );
+        }
+        if head.seq < self.last {
+            return self.fail(
+                head.seq + 1,
+                Check::Head,
+                format!(
+                    "the signed chain head says the log ends at {}: the events after it were added outside berth",
+                    head.seq
+                ),
+            );
+        }
+        if head.hash_bytes() != Some(self.last_hash) {
+            self.fail(
+                self.last,
+                Check::Head,
+                "the log was re-hashed: its last hash is not the one the signed chain head names"
+                    .into(),
+            );
+        }
+    }
+}
