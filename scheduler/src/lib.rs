@@ -126,6 +126,12 @@ impl Scheduler {
         answer.await.unwrap_or_default()
     }
 
+    /// Whether the scheduler task is running (it stops only when every
+    /// handle is dropped, or if it panicked).
+    pub fn is_running(&self) -> bool {
+        !self.tx.is_closed()
+    }
+
     /// How many wake-ups are armed.
     pub async fn armed(&self) -> usize {
         let (reply, answer) = oneshot::channel();

@@ -32,5 +32,6 @@ mod writer;
 
 pub use batch::Batch;
 pub use error::StorageError;
-pub use journal::{Journal, JournalOptions};
+pub use journal::{Journal, JournalCounts, JournalOptions};
 pub use records::{OpenTurn, SessionRecord, TurnCheckpoint};
+pub use writer::{COMMIT_GROUP_SIZE, COMMIT_SECONDS};

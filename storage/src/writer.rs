@@ -60,7 +60,16 @@ pub(crate) fn spawn(
     (tx, thread)
 }
 
+/// Histogram of one group commit's duration, from `begin_write` to the
+/// durable commit (seconds), labelled `outcome` = `ok` | `error`.
+pub const COMMIT_SECONDS: &str = "berth_journal_commit_seconds";
+/// Histogram of requests folded into one group commit.
+pub const COMMIT_GROUP_SIZE: &str = "berth_journal_commit_group_size";
+
 fn commit_group(db: &Database, quick_repair: bool, group: &mut Vec<Request>) {
+    // Metrics only: wall time, not the engine's injected clock.
+    let started = std::time::Instant::now();
+    metrics::histogram!(COMMIT_GROUP_SIZE).record(group.len() as f64);
     let result = (|| {
         let mut txn = db.begin_write()?;
         txn.set_quick_repair(quick_repair);
@@ -68,6 +77,8 @@ fn commit_group(db: &Database, quick_repair: bool, group: &mut Vec<Request>) {
         txn.commit()?;
         Ok::<_, StorageError>(outcomes)
     })();
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    metrics::histogram!(COMMIT_SECONDS, "outcome" => outcome).record(started.elapsed().as_secs_f64());
     match result {
         Ok(outcomes) => {
             for (request, outcome) in group.drain(..).zip(outcomes) {

@@ -46,6 +46,15 @@ pub struct SessionEnv {
     pub scheduler: Scheduler,
 }
 
+/// What an attach replays to its watcher before live events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// Nothing: only events after the attach arrive.
+    None,
+    /// Every event with an id greater than this (`After(0)`: the whole log).
+    After(EventId),
+}
+
 /// The answer to an attach (`session/load`, `session/resume`, `session/new`).
 #[derive(Debug, Clone)]
 pub struct AttachOutcome {
@@ -91,7 +100,25 @@ pub enum SessionMsg {
         content: Option<serde_json::Value>,
         /// Who sent it.
         actor: String,
+        /// The sender owns the session (host owner or creator): it may
+        /// revoke another client's message.
+        owner_override: bool,
         /// Done, or why not.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
+    /// A control refused before it reached its handler (the sender's role
+    /// does not allow the method): its rejected `control_outcome` receipt is
+    /// journaled, then the caller answers the error.
+    Refuse {
+        /// The refused method.
+        method: String,
+        /// Who sent it.
+        actor: String,
+        /// The receipt's machine-readable reason (`role_not_authorized`).
+        reason: String,
+        /// Receipt metadata (the role held and the role needed).
+        metadata: serde_json::Value,
+        /// Answered once the receipt is durable.
         reply: RpcReplyPort<Result<(), ControlError>>,
     },
     /// `session/cancel_tool_call`: stop one tool call, not the turn.
@@ -136,12 +163,14 @@ pub enum SessionMsg {
         /// The status.
         reply: RpcReplyPort<SessionStatus>,
     },
-    /// Registers a watcher, optionally replaying the whole log to it first.
+    /// Registers a watcher, optionally replaying (part of) the log to it first.
     Attach {
         /// The watcher.
         watcher: Arc<dyn Watcher>,
-        /// Replay every persisted event (`session/load`) or none (`session/resume`).
-        replay: bool,
+        /// What to replay: nothing (`session/resume`), every event
+        /// (`session/load`) or the events after a client's last acknowledged
+        /// one (`session/load` with `_meta.berth.lastEventId`).
+        replay: Replay,
         /// Answered after the replayed events were delivered.
         reply: RpcReplyPort<Result<AttachOutcome, ControlError>>,
     },
@@ -203,6 +232,8 @@ pub(crate) struct RunningTurn {
     pub turn_id: TurnId,
     pub control: Arc<TurnControl>,
     pub reply: Option<RpcReplyPort<Result<PromptOutcome, ControlError>>>,
+    /// When it started (the node clock), for `berth_turn_duration_seconds`.
+    pub started_at: chrono::DateTime<chrono::Utc>,
     /// Aborts the task if the actor goes away without sealing the turn.
     pub task: tokio::task::AbortHandle,
 }
@@ -265,6 +296,7 @@ impl SessionState {
             .collect();
         let batch = records.iter().fold(batch, |b, r| b.append(session_id, r));
         let ids = self.env.journal.commit(batch).await?;
+        crate::metrics::count_receipts(records.iter().map(|r| &r.event));
         self.watchers.publish(
             session_id,
             ids.into_iter().zip(records.into_iter().map(Arc::new)),
@@ -396,10 +428,30 @@ impl Actor for SessionActor {
                 message_id,
                 content,
                 actor,
+                owner_override,
                 reply,
             } => {
                 let _ = reply.send(
-                    lifecycle::retract::retract(state, &message_id, content.as_ref(), &actor).await,
+                    lifecycle::retract::retract(
+                        state,
+                        &message_id,
+                        content.as_ref(),
+                        &actor,
+                        owner_override,
+                    )
+                    .await,
+                );
+                Ok(())
+            }
+            SessionMsg::Refuse {
+                method,
+                actor,
+                reason,
+                metadata,
+                reply,
+            } => {
+                let _ = reply.send(
+                    lifecycle::refuse::refuse(state, &method, &actor, &reason, metadata).await,
                 );
                 Ok(())
             }
@@ -449,7 +501,7 @@ impl Actor for SessionActor {
             #[cfg(test)]
             SessionMsg::InjectFault => Err("injected fault".into()),
             SessionMsg::Detach { watcher_id } => {
-                state.watchers.detach(watcher_id);
+                state.watchers.detach(&state.record.session_id, watcher_id);
                 Ok(())
             }
         }
