@@ -1340,6 +1340,22 @@ impl Node {
         }
     }
 
+    /// One session's status, read-only: a session that is not live is read
+    /// from the journal (no actor is spawned for it).
+    ///
+    /// # Errors
+    /// `UnknownSession`, `Storage`.
+    pub async fn session_status(&self, id: &SessionId) -> Result<SessionStatus, ControlError> {
+        let record = self
+            .env
+            .journal
+            .session(id)?
+            .ok_or_else(|| ControlError::UnknownSession {
+                session_id: id.clone(),
+            })?;
+        self.status_of(record).await
+    }
+
     async fn status_of(&self, record: SessionRecord) -> Result<SessionStatus, ControlError> {
         if let Some(actor) = self.registry.get_live(&record.session_id).await {
             if let Ok(CallResult::Success(status)) =
