@@ -40,6 +40,22 @@ enum Command {
         #[command(subcommand)]
         command: CtlCommand,
     },
+    /// Configuration files.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validates a TOML config file: prints every problem as `FILE: key
+    /// `KEY`: what is wrong` and exits 1, or prints a summary and exits 0.
+    /// BERTH_* variables and flags are not applied (they are at `serve`).
+    Check {
+        /// The file.
+        file: std::path::PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -182,6 +198,24 @@ fn main() -> ExitCode {
                         command: EventCommand::Emit(args),
                     } => emit(args).await,
                     Command::Schedule { command } => schedule(command).await,
+                    Command::Config {
+                        command: ConfigCommand::Check { file },
+                    } => match config::check_file(&file)? {
+                        Ok(summary) => {
+                            println!("{}: {summary}", file.display());
+                            Ok(())
+                        }
+                        Err(problems) => {
+                            for p in &problems {
+                                println!("{}: {p}", file.display());
+                            }
+                            anyhow::bail!(
+                                "{} has {} problem(s)",
+                                file.display(),
+                                problems.len()
+                            )
+                        }
+                    },
                     Command::Ctl {
                         command:
                             CtlCommand::Suspend {
@@ -230,7 +264,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
     };
-    let settings = file.merge(&args)?;
+    let api_keys = std::env::var("BERTH_API_KEYS").ok();
+    let settings = file.merge(&args, api_keys.as_deref())?;
     let mut node_config = NodeConfig::new(&settings.data_dir, settings.model);
     node_config.max_model_calls = settings.max_model_calls;
     node_config.quick_repair = settings.quick_repair;
@@ -270,7 +305,23 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             None => std::future::pending().await,
         }
     };
+    let ws_shutdown = tokio_util::sync::CancellationToken::new();
+    let http = match settings.http {
+        Some(http) => Some(bind_http(&node, http, settings.acp, ws_shutdown.clone()).await?),
+        None => None,
+    };
+    let http_shutdown = tokio_util::sync::CancellationToken::new();
+    let http_served = {
+        let stop = http_shutdown.clone();
+        async move {
+            match http {
+                Some(server) => server.serve(async move { stop.cancelled().await }).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
     let served = tokio::select! {
+        served = http_served => served.context("HTTP listener failed"),
         served = local => served.context("control socket failed"),
         served = berth_acp::transport::stdio::serve_stdio(node.clone(), settings.acp) => {
             served.context("stdio transport failed")
@@ -280,10 +331,49 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Ok(())
         }
     };
+    // WebSocket clients are told (close 1001) before the node stops.
+    ws_shutdown.cancel();
+    http_shutdown.cancel();
     // Stops every session actor: their processes are killed; a turn still
     // running stays open in the journal and is sealed at the next start.
     node.shutdown().await;
     served
+}
+
+/// Composes and binds the HTTP listener: the ops routes and ACP over
+/// WebSocket at `/acp` (more adapters' routers mount here).
+async fn bind_http(
+    node: &Node,
+    http: config::HttpSettings,
+    acp: berth_acp::ServeOptions,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<berth_http::BoundServer> {
+    let ws = berth_acp::transport::websocket::WsOptions {
+        acp,
+        max_connections: http.ws_max_connections,
+        max_outbound_bytes: http.ws_max_outbound_bytes,
+        ping_interval: http.ws_ping_interval,
+        shutdown,
+    };
+    let tokens = http.config.tokens.len();
+    let server = berth_http::HttpServer::builder(node.clone(), http.config)
+        .mount(berth_acp::transport::websocket::router(node.clone(), ws))
+        .build()?
+        .bind()
+        .await?;
+    // One parseable line for scripts and tests (the port when 0 was asked).
+    tracing::info!(
+        listen = %server.local_addr(),
+        tls = server.is_tls(),
+        tokens,
+        "berth HTTP listener ready"
+    );
+    eprintln!(
+        "berth: listening on {}://{}",
+        if server.is_tls() { "https" } else { "http" },
+        server.local_addr()
+    );
+    Ok(server)
 }
 
 /// The control socket's file name in the data dir.
