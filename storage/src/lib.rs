@@ -34,4 +34,4 @@ pub use batch::Batch;
 pub use error::StorageError;
 pub use journal::{Journal, JournalCounts, JournalOptions};
 pub use records::{OpenTurn, SessionRecord, TurnCheckpoint};
-pub use writer::{COMMIT_GROUP_SIZE, COMMIT_SECONDS};
+pub use writer::{COMMIT_ERRORS_TOTAL, COMMIT_GROUP_SIZE, COMMIT_SECONDS};

@@ -9,7 +9,8 @@
 //! | `berth_sessions` | gauge | `state` = `running` \| `suspended` \| `idle` | sessions by state (idle includes closed), set at each scrape |
 //! | `berth_sessions_live` | gauge | | sessions held in memory by an actor |
 //! | `berth_controls_total` | counter | `method`, `outcome` = `accepted` \| `idempotent` \| `rejected` | one per `control_outcome` receipt |
-//! | `berth_journal_commit_seconds` | histogram | `outcome` = `ok` \| `error` | one group commit, `begin_write` to durable |
+//! | `berth_journal_commit_seconds` | histogram | | one successful group commit, `begin_write` to durable |
+//! | `berth_journal_commit_errors_total` | counter | | failed group commits |
 //! | `berth_journal_commit_group_size` | histogram | | requests folded into one commit |
 //! | `berth_wakeup_lateness_seconds` | histogram | `kind` = `timeout` \| `trigger` \| `schedule` | how late a scheduled wake-up fired |
 //! | `berth_turn_duration_seconds` | histogram | `terminal` (terminal kind, or `suspended`) | a turn from start to seal or park |
@@ -87,6 +88,10 @@ fn describe() {
             berth_storage::COMMIT_SECONDS,
             metrics::Unit::Seconds,
             "Journal group commit latency, begin to durable."
+        );
+        metrics::describe_counter!(
+            berth_storage::COMMIT_ERRORS_TOTAL,
+            "Failed journal group commits."
         );
         metrics::describe_histogram!(
             berth_storage::COMMIT_GROUP_SIZE,
