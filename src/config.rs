@@ -219,7 +219,11 @@ pub fn parse(text: &str) -> Result<FileConfig, Problem> {
     let de = toml::de::Deserializer::parse(text).map_err(|e| problem("(syntax)", e.to_string()))?;
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let key = if path == "." { "(top level)".into() } else { path };
+        let key = if path == "." {
+            "(top level)".into()
+        } else {
+            path
+        };
         problem(key, e.into_inner().to_string().trim_end())
     })
 }
@@ -260,8 +264,14 @@ impl FileConfig {
             ("acp.max_in_flight", self.acp.max_in_flight),
             ("http.max_body_bytes", self.http.max_body_bytes),
             ("http.max_connections", self.http.max_connections),
-            ("http.max_requests_in_flight", self.http.max_requests_in_flight),
-            ("http.websocket.max_connections", self.http.websocket.max_connections),
+            (
+                "http.max_requests_in_flight",
+                self.http.max_requests_in_flight,
+            ),
+            (
+                "http.websocket.max_connections",
+                self.http.websocket.max_connections,
+            ),
         ] {
             if value == Some(0) {
                 out.push(problem(key, "must be at least 1"));
@@ -269,8 +279,14 @@ impl FileConfig {
         }
         for (key, value) in [
             ("http.handshake_timeout_ms", self.http.handshake_timeout_ms),
-            ("http.websocket.ping_interval_ms", self.http.websocket.ping_interval_ms),
-            ("http.websocket.max_outbound_bytes", self.http.websocket.max_outbound_bytes),
+            (
+                "http.websocket.ping_interval_ms",
+                self.http.websocket.ping_interval_ms,
+            ),
+            (
+                "http.websocket.max_outbound_bytes",
+                self.http.websocket.max_outbound_bytes,
+            ),
         ] {
             if value == Some(0) {
                 out.push(problem(key, "must be at least 1"));
@@ -298,7 +314,13 @@ impl FileConfig {
             if let Err(e) = berth_actors::auth::validate_actor_id(&entry.actor) {
                 out.push(problem(key("actor"), e));
             } else if !actors.insert(entry.actor.clone()) {
-                out.push(problem(key("actor"), format!("{:?} has another token above; give each token its own actor id", entry.actor)));
+                out.push(problem(
+                    key("actor"),
+                    format!(
+                        "{:?} has another token above; give each token its own actor id",
+                        entry.actor
+                    ),
+                ));
             }
             if let Err(e) = Role::parse(&entry.role) {
                 out.push(problem(key("role"), e));
@@ -319,7 +341,10 @@ impl FileConfig {
                 }
                 (None, Some(var)) => {
                     if var.is_empty() {
-                        out.push(problem(key("token_env"), "must name an environment variable"));
+                        out.push(problem(
+                            key("token_env"),
+                            "must name an environment variable",
+                        ));
                     }
                 }
             }
@@ -530,7 +555,12 @@ fn parse_listen(value: &str) -> Result<SocketAddr, String> {
 }
 
 /// Both TLS files or neither, and each readable.
-fn check_tls(cert: Option<&Path>, key: Option<&Path>, cert_key: &str, key_key: &str) -> Vec<Problem> {
+fn check_tls(
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    cert_key: &str,
+    key_key: &str,
+) -> Vec<Problem> {
     let mut out = Vec::new();
     match (cert, key) {
         (Some(_), None) => out.push(problem(key_key, "missing: tls_cert needs its tls_key")),
@@ -553,7 +583,9 @@ fn check_origin(origin: &str) -> Result<(), String> {
         return Ok(());
     }
     let Some((scheme, rest)) = origin.split_once("://") else {
-        return Err(format!("{origin:?} is not an origin: expected scheme://host[:port] or \"*\""));
+        return Err(format!(
+            "{origin:?} is not an origin: expected scheme://host[:port] or \"*\""
+        ));
     };
     if !["http", "https"].contains(&scheme) || rest.is_empty() || rest.contains('/') {
         return Err(format!(
@@ -567,9 +599,9 @@ fn check_origin(origin: &str) -> Result<(), String> {
 fn check_model_spec(spec: &str) -> Result<(), String> {
     match spec.split_once(':') {
         Some(("openai", name)) if !name.is_empty() => Ok(()),
-        Some(("scripted", _)) | None if spec.starts_with("scripted") => {
-            model::from_spec(spec).map(|_| ()).map_err(|e| e.to_string())
-        }
+        Some(("scripted", _)) | None if spec.starts_with("scripted") => model::from_spec(spec)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
         _ => Err(format!(
             "unknown model spec {spec:?}: use `scripted`, `scripted:PATH` or `openai:MODEL`"
         )),
@@ -595,7 +627,11 @@ pub fn check_file(path: &Path) -> anyhow::Result<Result<String, Vec<Problem>>> {
     let http = match &config.http.listen {
         Some(addr) => format!(
             "HTTP listener on {addr}{} with {} token(s) in the file",
-            if config.http.tls_cert.is_some() { " (TLS)" } else { "" },
+            if config.http.tls_cert.is_some() {
+                " (TLS)"
+            } else {
+                ""
+            },
             config.http.tokens.len()
         ),
         None => "no HTTP listener".into(),
@@ -622,13 +658,15 @@ mod tests {
     fn unknown_keys_and_bad_types_name_the_key() {
         let p = problems("[http]\nlisten = \"127.0.0.1:8080\"\nlisen = 1\n");
         assert_eq!(p.len(), 1);
-        assert_eq!(p[0].key, "http");
-        assert!(p[0].message.contains("lisen"), "{}", p[0].message);
+        assert_eq!(p[0].key, "http.lisen");
+        assert!(p[0].message.contains("unknown field"), "{}", p[0].message);
         let p = problems("[http]\nmax_connections = \"many\"\n");
         assert_eq!(p[0].key, "http.max_connections");
         assert!(p[0].message.contains("line 2"), "{}", p[0].message);
-        let p = problems("[[http.tokens]]\nactor = \"a\"\nrole = \"x\"\ntoken_env = \"T\"\nextra = 1\n");
-        assert_eq!(p[0].key, "http.tokens[0]");
+        let p = problems(
+            "[[http.tokens]]\nactor = \"a\"\nrole = \"x\"\ntoken_env = \"T\"\nextra = 1\n",
+        );
+        assert_eq!(p[0].key, "http.tokens[0].extra");
     }
 
     #[test]
@@ -666,9 +704,11 @@ role = "observer"
         ] {
             assert!(keys.contains(&key), "{key} missing from {p:?}");
         }
-        assert!(problems("[http]\n[[http.tokens]]\nactor = \"a\"\nrole = \"observer\"\ntoken_env = \"X\"\n")
-            .iter()
-            .any(|p| p.key == "http.listen" && p.message.contains("listener is off")));
+        assert!(problems(
+            "[http]\n[[http.tokens]]\nactor = \"a\"\nrole = \"observer\"\ntoken_env = \"X\"\n"
+        )
+        .iter()
+        .any(|p| p.key == "http.listen" && p.message.contains("listener is off")));
     }
 
     #[test]
@@ -696,7 +736,12 @@ token = "file-token-0123456789"
         let http = settings.http.unwrap();
         assert_eq!(http.config.listen.port(), 0);
         assert_eq!(http.config.allowed_origins, vec!["https://flag.example"]);
-        let actors: Vec<&str> = http.config.tokens.iter().map(|t| t.principal.actor.as_str()).collect();
+        let actors: Vec<&str> = http
+            .config
+            .tokens
+            .iter()
+            .map(|t| t.principal.actor.as_str())
+            .collect();
         assert_eq!(actors, vec!["file-actor", "env-actor"]);
         // No tokens at all: refused with the remedy.
         let err = parse("[http]\nlisten = \"127.0.0.1:0\"\n")
@@ -705,8 +750,16 @@ token = "file-token-0123456789"
             .err()
             .unwrap()
             .to_string();
-        assert!(err.contains("http.tokens") && err.contains("BERTH_API_KEYS"), "{err}");
+        assert!(
+            err.contains("http.tokens") && err.contains("BERTH_API_KEYS"),
+            "{err}"
+        );
         // Off unless configured.
-        assert!(parse("").unwrap().merge(&ServeArgs::default(), None).unwrap().http.is_none());
+        assert!(parse("")
+            .unwrap()
+            .merge(&ServeArgs::default(), None)
+            .unwrap()
+            .http
+            .is_none());
     }
 }

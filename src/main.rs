@@ -209,11 +209,7 @@ fn main() -> ExitCode {
                             for p in &problems {
                                 println!("{}: {p}", file.display());
                             }
-                            anyhow::bail!(
-                                "{} has {} problem(s)",
-                                file.display(),
-                                problems.len()
-                            )
+                            anyhow::bail!("{} has {} problem(s)", file.display(), problems.len())
                         }
                     },
                     Command::Ctl {

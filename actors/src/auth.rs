@@ -147,7 +147,10 @@ mod tests {
             );
         }
         assert!(Role::parse("admin").unwrap_err().contains("host_owner"));
-        assert_eq!(Role::Controller.attachable(), vec!["controller", "observer"]);
+        assert_eq!(
+            Role::Controller.attachable(),
+            vec!["controller", "observer"]
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod session;
 pub mod supervisor;
 pub mod watch;
 
+pub use auth::{Principal, Role};
 pub use config::NodeConfig;
 pub use error::ControlError;
 pub use node::{
@@ -33,6 +34,5 @@ pub use node::{
     ResumeParams, ScheduleSpec, SessionCounts, SessionSelector, SessionStatus, SuspendOutcome,
     SuspendParams,
 };
-pub use auth::{Principal, Role};
 pub use session::Replay;
 pub use watch::{PresenceChange, PresenceNotice, SessionNotice, Watcher};

@@ -54,5 +54,6 @@ pub(crate) fn record_turn(terminal: &str, millis: i64) {
 
 /// Records how late a wake-up fired (ms).
 pub(crate) fn record_lateness(kind: &'static str, lateness_ms: u64) {
-    metrics::histogram!(WAKEUP_LATENESS_SECONDS, "kind" => kind).record(lateness_ms as f64 / 1000.0);
+    metrics::histogram!(WAKEUP_LATENESS_SECONDS, "kind" => kind)
+        .record(lateness_ms as f64 / 1000.0);
 }

@@ -1268,7 +1268,11 @@ impl Node {
         watcher: Arc<dyn Watcher>,
         replay: bool,
     ) -> Result<AttachOutcome, ControlError> {
-        let replay = if replay { Replay::After(0) } else { Replay::None };
+        let replay = if replay {
+            Replay::After(0)
+        } else {
+            Replay::None
+        };
         self.attach_with(id, watcher, replay).await
     }
 

@@ -280,7 +280,12 @@ impl Watchers {
 /// Tells every watcher except `subject` that `subject` attached or detached
 /// (only a watcher with a principal is announced); drops watchers that are
 /// gone.
-fn announce(inner: &mut Inner, session_id: &SessionId, subject: &dyn Watcher, change: PresenceChange) {
+fn announce(
+    inner: &mut Inner,
+    session_id: &SessionId,
+    subject: &dyn Watcher,
+    change: PresenceChange,
+) {
     let Some(principal) = subject.principal() else {
         return;
     };

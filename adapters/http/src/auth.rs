@@ -37,7 +37,10 @@ impl Tokens {
     pub fn new(tokens: &[ApiToken]) -> Result<Self, String> {
         let mut by_digest = HashMap::new();
         for (i, t) in tokens.iter().enumerate() {
-            if by_digest.insert(digest(&t.token), t.principal.clone()).is_some() {
+            if by_digest
+                .insert(digest(&t.token), t.principal.clone())
+                .is_some()
+            {
                 return Err(format!(
                     "token {} (actor {}) repeats an earlier token; each token must be unique",
                     i + 1,
@@ -75,9 +78,7 @@ fn bearer(request: &Request) -> Result<&str, &'static str> {
         .ok_or("missing_token")?
         .to_str()
         .map_err(|_| "malformed_authorization")?;
-    let (scheme, token) = value
-        .split_once(' ')
-        .ok_or("malformed_authorization")?;
+    let (scheme, token) = value.split_once(' ').ok_or("malformed_authorization")?;
     if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
         return Err("malformed_authorization");
     }
@@ -88,7 +89,11 @@ fn bearer(request: &Request) -> Result<&str, &'static str> {
 /// it into the request's extensions; answers 401 (`missing_token`,
 /// `malformed_authorization`, `unknown_token`) otherwise, before the route
 /// (or a WebSocket upgrade) runs.
-pub async fn authenticate(State(tokens): State<Tokens>, mut request: Request, next: Next) -> Response {
+pub async fn authenticate(
+    State(tokens): State<Tokens>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let principal = match bearer(&request) {
         Ok(token) => match tokens.principal(token) {
             Some(p) => p.clone(),
@@ -144,7 +149,8 @@ mod tests {
             token: token.into(),
             principal: Principal::new(actor, Role::Observer),
         };
-        let tokens = Tokens::new(&[t("aaaaaaaaaaaaaaaa", "a"), t("bbbbbbbbbbbbbbbb", "b")]).unwrap();
+        let tokens =
+            Tokens::new(&[t("aaaaaaaaaaaaaaaa", "a"), t("bbbbbbbbbbbbbbbb", "b")]).unwrap();
         assert_eq!(tokens.principal("bbbbbbbbbbbbbbbb").unwrap().actor, "b");
         assert!(tokens.principal("cccccccccccccccc").is_none());
         let e = Tokens::new(&[t("aaaaaaaaaaaaaaaa", "a"), t("aaaaaaaaaaaaaaaa", "b")]).unwrap_err();

@@ -133,9 +133,10 @@ mod tests {
 
     #[test]
     fn api_keys_parse_with_precise_errors() {
-        let keys =
-            parse_api_keys(" aaaaaaaaaaaaaaaa=alice:controller , bbbbbbbbbbbbbbbb=ci:bot:observer,")
-                .unwrap();
+        let keys = parse_api_keys(
+            " aaaaaaaaaaaaaaaa=alice:controller , bbbbbbbbbbbbbbbb=ci:bot:observer,",
+        )
+        .unwrap();
         assert_eq!(keys.len(), 2);
         assert_eq!(keys[0].principal, Principal::new("alice", Role::Controller));
         assert_eq!(keys[1].principal, Principal::new("ci:bot", Role::Observer));

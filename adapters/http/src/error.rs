@@ -81,7 +81,8 @@ impl From<ControlError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message, "data": self.data}});
+        let body =
+            json!({"error": {"code": self.code, "message": self.message, "data": self.data}});
         let mut response = (self.status, Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(

@@ -21,7 +21,11 @@ pub struct Origins(pub Arc<Vec<String>>);
 /// gets 403 `{reason: "origin_not_allowed", origin}` before anything else
 /// runs (browsers send `Origin` on cross-site requests and on every
 /// WebSocket handshake; non-browser clients send none and pass).
-pub async fn check_origin(State(origins): State<Origins>, request: Request, next: Next) -> Response {
+pub async fn check_origin(
+    State(origins): State<Origins>,
+    request: Request,
+    next: Next,
+) -> Response {
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("<not visible ASCII>");
         let allowed = origins.0.iter().any(|o| o == "*" || o == origin);
@@ -43,7 +47,11 @@ pub async fn check_origin(State(origins): State<Origins>, request: Request, next
 /// once; past that a request gets 503 `{reason: "too_many_requests"}` at
 /// once (never queued). An upgraded WebSocket releases its permit when the
 /// upgrade response is sent; its own bound is the WebSocket router's.
-pub async fn limit_in_flight(State(slots): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
+pub async fn limit_in_flight(
+    State(slots): State<Arc<Semaphore>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let Ok(_permit) = slots.try_acquire() else {
         return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -46,7 +46,9 @@ pub fn handle() -> Result<&'static PrometheusHandle, String> {
                 .and_then(|b| {
                     b.set_buckets_for_metric(
                         Matcher::Full(berth_storage::COMMIT_GROUP_SIZE.into()),
-                        &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0],
+                        &[
+                            1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+                        ],
                     )
                 })
                 .and_then(|b| {

@@ -137,10 +137,16 @@ async fn emit_event(
 ) -> Result<Json<Value>, ApiError> {
     let value = json_body(body)?;
     let Value::Object(mut object) = value else {
-        return Err(ApiError::invalid_params("body", "must be a JSON object {name, data?}"));
+        return Err(ApiError::invalid_params(
+            "body",
+            "must be a JSON object {name, data?}",
+        ));
     };
     if let Some(key) = object.keys().find(|k| *k != "name" && *k != "data") {
-        return Err(ApiError::invalid_params(key, "unknown field; expected name and data"));
+        return Err(ApiError::invalid_params(
+            key,
+            "unknown field; expected name and data",
+        ));
     }
     let name = match object.remove("name") {
         Some(Value::String(name)) => name,
@@ -169,21 +175,27 @@ async fn list_sessions(
     State(node): State<Node>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(query) =
-        query.map_err(|e| ApiError::invalid_params("query", e.body_text()))?;
+    let Query(query) = query.map_err(|e| ApiError::invalid_params("query", e.body_text()))?;
     if query.cwd.as_ref().is_some_and(|c| !c.is_absolute()) {
         return Err(ApiError::invalid_params("cwd", "must be an absolute path"));
     }
     let cursor = query.cursor.map(SessionId);
     if let Some(cursor) = &cursor {
-        if node.journal().session(cursor).map_err(ApiError::internal)?.is_none() {
+        if node
+            .journal()
+            .session(cursor)
+            .map_err(ApiError::internal)?
+            .is_none()
+        {
             return Err(ApiError::invalid_params(
                 "cursor",
                 "is not a cursor this server gave out; pass a previous nextCursor",
             ));
         }
     }
-    let (page, next) = node.list(query.cwd.as_deref(), cursor.as_ref(), PAGE).await?;
+    let (page, next) = node
+        .list(query.cwd.as_deref(), cursor.as_ref(), PAGE)
+        .await?;
     let mut body = json!({"sessions": page.iter().map(entry).collect::<Vec<_>>()});
     if let Some(next) = next {
         body["nextCursor"] = json!(next);
@@ -251,8 +263,14 @@ fn entry(status: &SessionStatus) -> Value {
         ("title", r.title.as_ref().map(|t| json!(t))),
         ("closedAt", r.closed_at.map(|t| json!(t))),
         ("createdBy", r.created_by.as_ref().map(|c| json!(c))),
-        ("parentSessionId", r.parent_session_id.as_ref().map(|p| json!(p))),
-        ("suspendedHandle", status.suspension_handle.as_ref().map(|h| json!(h))),
+        (
+            "parentSessionId",
+            r.parent_session_id.as_ref().map(|p| json!(p)),
+        ),
+        (
+            "suspendedHandle",
+            status.suspension_handle.as_ref().map(|h| json!(h)),
+        ),
     ];
     for (key, value) in optional {
         if let Some(value) = value {

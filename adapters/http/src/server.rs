@@ -204,7 +204,10 @@ impl BoundServer {
     ///
     /// # Errors
     /// [`HttpError::Serve`].
-    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), HttpError> {
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), HttpError> {
         axum::serve(self.listener, self.app)
             .with_graceful_shutdown(shutdown)
             .await

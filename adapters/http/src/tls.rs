@@ -200,7 +200,8 @@ impl BoundedListener {
                         let acceptor = acceptor.clone();
                         let tx = tx.clone();
                         tokio::spawn(async move {
-                            match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await
+                            match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp))
+                                .await
                             {
                                 Ok(Ok(tls)) => {
                                     let conn = Conn {

@@ -23,21 +23,23 @@ pub(crate) fn attach(
 ) -> Result<AttachOutcome, ControlError> {
     let journal = &state.env.journal;
     let session_id = &state.record.session_id;
-    let replayed = state.watchers.attach(session_id, watcher, || match replay {
-        Replay::After(after) => {
-            let last = journal.last_event_id(session_id)?;
-            if after > last {
-                return Err(ControlError::invalid(
-                    "_meta.berth.lastEventId",
-                    &format!("{after} is past the session's last event id {last}"),
-                ));
+    let replayed = state
+        .watchers
+        .attach(session_id, watcher, || match replay {
+            Replay::After(after) => {
+                let last = journal.last_event_id(session_id)?;
+                if after > last {
+                    return Err(ControlError::invalid(
+                        "_meta.berth.lastEventId",
+                        &format!("{after} is past the session's last event id {last}"),
+                    ));
+                }
+                let events = journal.events(session_id, after)?;
+                let upto = events.last().map_or(after, |(id, _)| *id);
+                Ok::<_, ControlError>((events, upto))
             }
-            let events = journal.events(session_id, after)?;
-            let upto = events.last().map_or(after, |(id, _)| *id);
-            Ok::<_, ControlError>((events, upto))
-        }
-        Replay::None => Ok((Vec::new(), journal.last_event_id(session_id)?)),
-    })?;
+            Replay::None => Ok((Vec::new(), journal.last_event_id(session_id)?)),
+        })?;
     Ok(AttachOutcome {
         record: state.record.clone(),
         replayed: replayed

@@ -54,13 +54,12 @@ pub(crate) async fn retract(
         .cloned();
     let result = match (&control, replacement) {
         (None, _) => Err(InjectionConflict::UnknownMessageId),
-        (Some(c), None) => {
-            c.steering()
-                .revoke_as(message_id, actor, owner_override)
-                .map(|_| SessionEvent::InjectionRevoked {
-                    message_id: message_id.to_owned(),
-                })
-        }
+        (Some(c), None) => c
+            .steering()
+            .revoke_as(message_id, actor, owner_override)
+            .map(|_| SessionEvent::InjectionRevoked {
+                message_id: message_id.to_owned(),
+            }),
         (Some(c), Some(prompt)) => c
             .steering()
             .replace(message_id, actor, prompt)

@@ -75,9 +75,11 @@ pub(crate) async fn list(conn: &Connection, params: Value) -> Result<Value, RpcE
         .list(params.cwd.as_deref(), cursor.as_ref(), PAGE)
         .await?;
     to_value(
-        ListSessionsResponse::new(page.iter()
-            .map(|s| session_entry(s, conn.principal.role))
-            .collect())
-            .next_cursor(next.map(|id| id.0)),
+        ListSessionsResponse::new(
+            page.iter()
+                .map(|s| session_entry(s, conn.principal.role))
+                .collect(),
+        )
+        .next_cursor(next.map(|id| id.0)),
     )
 }

@@ -130,10 +130,7 @@ pub(crate) fn receipt_unknown_session(
     error: berth_actors::ControlError,
 ) -> RpcError {
     if let berth_actors::ControlError::UnknownSession { .. } = &error {
-        berth_actors::metrics::count_control(
-            method,
-            berth_runtime::event::ControlStatus::Rejected,
-        );
+        berth_actors::metrics::count_control(method, berth_runtime::event::ControlStatus::Rejected);
         let event = berth_runtime::event::SessionEvent::ControlOutcome(
             berth_runtime::event::ControlOutcome {
                 session_id: session_id.0.clone(),

@@ -89,13 +89,16 @@ pub(crate) async fn new_session(conn: &Connection, mut params: Value) -> Result<
         )
         .await?;
     conn.ensure_attached(&record.session_id).await?;
-    let entry = session_entry(&berth_actors::SessionStatus {
-        record: record.clone(),
-        live: true,
-        active_prompt: false,
-        last_event_id: 0,
-        suspension_handle: None,
-    }, conn.principal.role);
+    let entry = session_entry(
+        &berth_actors::SessionStatus {
+            record: record.clone(),
+            live: true,
+            active_prompt: false,
+            last_event_id: 0,
+            suspension_handle: None,
+        },
+        conn.principal.role,
+    );
     // The seed's `session` object (the `session/list` entry) rides in
     // `_meta.berth`: ACP forbids custom root fields on its types.
     let mut meta = Meta::new();

@@ -189,9 +189,7 @@ pub(crate) async fn claim(
     // resume, which needs a controller.
     let needed = berth_actors::Role::Controller;
     if !conn.principal.may(needed) {
-        return Err(
-            super::authorize::refuse(conn, "session/resume", Some(id), needed, None).await,
-        );
+        return Err(super::authorize::refuse(conn, "session/resume", Some(id), needed, None).await);
     }
     let handle = request.handle.or(current.map(|s| s.handle));
     let outcome = conn

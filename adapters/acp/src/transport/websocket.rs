@@ -149,7 +149,8 @@ impl CloseReason {
 
 async fn serve_socket(node: Node, principal: Principal, socket: WebSocket, options: &WsOptions) {
     let actor = principal.actor.clone();
-    let (conn, queue, closing) = Connection::open(node, Some(principal), options.max_outbound_bytes);
+    let (conn, queue, closing) =
+        Connection::open(node, Some(principal), options.max_outbound_bytes);
     tracing::info!(connection = conn.id, %actor, "websocket client attached");
     let (sink, stream) = socket.split();
     let started = Instant::now();
@@ -186,7 +187,10 @@ async fn serve_socket(node: Node, principal: Principal, socket: WebSocket, optio
                         Ok(Message::Close(_)) => return None,
                         Err(e) => {
                             let text = e.to_string();
-                            if text.contains("too long") || text.contains("too big") || text.contains("Space limit exceeded") {
+                            if text.contains("too long")
+                                || text.contains("too big")
+                                || text.contains("Space limit exceeded")
+                            {
                                 reason.set(CLOSE_TOO_BIG, "message too big");
                                 closing.cancel();
                                 return None;
