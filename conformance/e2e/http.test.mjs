@@ -548,3 +548,160 @@ test("berth HTTP listener: ACP over WebSocket, auth and roles, ops routes", { ti
     server.kill();
   }
 });
+
+// A second server, from a config file: TLS (a throwaway self-signed
+// certificate made with the openssl CLI), an allowed browser origin, a
+// 4 KiB frame bound, a 100 ms ping interval and a 2,500-byte outbound bound.
+//
+//  8. TLS: `wss://` with the certificate as CA carries ACP; `/healthz` over
+//     https; the allowed Origin is upgraded.
+//  9. liveness: a client whose library answers pings sees several pings and
+//     stays usable; one that never answers (`autoPong: false`) is closed
+//     with 1001.
+// 10. a text message over `max_frame_bytes` closes the connection with 1009.
+// 11. a client whose queued frames pass `max_outbound_bytes` (a replay of a
+//     long session) is closed with 1008; a replay that fits (`lastEventId`
+//     near the end) is served.
+test("berth HTTP listener: TLS, liveness and bounds", { timeout: 60_000 }, async (t) => {
+  assertBerthBin();
+  const { execFileSync } = await import("node:child_process");
+  const https = await import("node:https");
+  const root = tempRoot("berth-https-e2e-");
+  const cert = path.join(root, "cert.pem");
+  const key = path.join(root, "key.pem");
+  execFileSync("openssl", [
+    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+    "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+    "-addext", "subjectAltName=IP:127.0.0.1",
+  ], { stdio: "ignore" });
+  const ca = fs.readFileSync(cert);
+  const config = path.join(root, "berth.toml");
+  fs.writeFileSync(
+    config,
+    `[acp]
+max_frame_bytes = 4096
+[http]
+listen = "127.0.0.1:0"
+tls_cert = ${JSON.stringify(cert)}
+tls_key = ${JSON.stringify(key)}
+allowed_origins = ["https://console.example"]
+[http.websocket]
+ping_interval_ms = 100
+max_outbound_bytes = 2500
+[[http.tokens]]
+actor = "ops"
+role = "host_owner"
+token_env = "E2E_OPS_TOKEN"
+`,
+  );
+  const token = "ops-token-0123456789abcdef";
+  const server = new BerthServer({
+    label: "https",
+    dataDir: path.join(root, "data"),
+    script: SCRIPT,
+    config,
+    env: { E2E_OPS_TOKEN: token },
+  });
+  const open = [];
+  const wss = (options = {}, headers = {}) =>
+    new Promise((resolve, reject) => {
+      const ws = new WebSocket(`${base.replace(/^https/, "wss")}/acp`, {
+        ca,
+        headers: { Authorization: `Bearer ${token}`, ...headers },
+        ...options,
+      });
+      open.push(ws);
+      ws.once("open", () => resolve(ws));
+      ws.once("error", reject);
+      ws.once("unexpected-response", (_q, res) => reject(new Error(`HTTP ${res.statusCode}`)));
+    });
+  const closed = (ws) => new Promise((resolve) => ws.once("close", (code, reason) => resolve({ code, reason: `${reason}` })));
+  let base;
+  try {
+    base = await server.listening();
+    assert.match(base, /^https:\/\/127\.0\.0\.1:\d+$/);
+
+    await t.test("8. TLS carries ACP and the probes; an allowed origin is upgraded", async () => {
+      const health = await new Promise((resolve, reject) =>
+        https
+          .get(`${base}/healthz`, { ca }, (res) => {
+            let body = "";
+            res.on("data", (d) => (body += d));
+            res.on("end", () => resolve({ status: res.statusCode, body }));
+          })
+          .on("error", reject),
+      );
+      assert.equal(health.status, 200);
+      assert.deepEqual(JSON.parse(health.body), { status: "ok" });
+      const ws = await wss({}, { Origin: "https://console.example" });
+      const client = new WsClient(ws);
+      const init = await client.initialize("tls");
+      assert.equal(init.protocolVersion, 1);
+      const list = await client.request("session/list", {});
+      assert.deepEqual(list.sessions, []);
+      ws.close(1000);
+    });
+
+    await t.test("9. liveness: pings are answered by live clients; a silent one is closed", async () => {
+      const alive = await wss();
+      let pings = 0;
+      const threePings = new Promise((resolve) =>
+        alive.on("ping", () => {
+          pings += 1;
+          if (pings === 3) resolve();
+        }),
+      );
+      const silent = await wss({ autoPong: false });
+      const silentClosed = closed(silent);
+      await within(threePings, 5_000, "three pings");
+      const client = new WsClient(alive);
+      await client.initialize("alive");
+      assert.equal(alive.readyState, WebSocket.OPEN, "a client that answers pings stays");
+      const { code } = await within(silentClosed, 5_000, "the silent client is closed");
+      assert.equal(code, 1001);
+      alive.close(1000);
+    });
+
+    await t.test("10. a message over max_frame_bytes closes with 1009", async () => {
+      const ws = await wss();
+      const done = closed(ws);
+      ws.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "session/list", params: { pad: "x".repeat(5000) } }));
+      const { code } = await within(done, 5_000, "closed for the big message");
+      assert.equal(code, 1009);
+    });
+
+    await t.test("11. a client whose queue passes max_outbound_bytes is closed with 1008", async () => {
+      const writer = new WsClient(await wss());
+      await writer.initialize("writer");
+      const cwd = path.join(root, "work");
+      fs.mkdirSync(cwd);
+      const { sessionId } = await writer.request("session/new", { cwd, mcpServers: [] });
+      await prompt(writer, sessionId, "stream one");
+      await prompt(writer, sessionId, "stream two");
+      await prompt(writer, sessionId, "stream three");
+      const last = writer.maxEventId(sessionId);
+      const reader = new WsClient(await wss());
+      await reader.initialize("reader");
+      const cut = closed(reader.ws);
+      // The whole replay (three turns, ~8 KB) is queued at once.
+      const answer = await reader.call("session/load", { sessionId });
+      assert.equal(answer.error?.code, -1, "no answer: the connection was cut");
+      assert.equal((await cut).code, 1008);
+      // A replay that fits is served: the last two events.
+      const again = new WsClient(await wss());
+      await again.initialize("again");
+      const loaded = await again.request("session/load", { sessionId, _meta: { berth: { lastEventId: last - 2 } } });
+      assert.deepEqual(
+        loaded._meta.berth.replayed.map((r) => r.eventId),
+        [last - 1, last],
+      );
+      writer.ws.close(1000);
+    });
+  } catch (error) {
+    reportServer(t, server);
+    throw error;
+  } finally {
+    for (const ws of open) ws.terminate();
+    server.kill();
+  }
+});
