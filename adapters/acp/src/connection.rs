@@ -420,11 +420,16 @@ impl Watcher for ConnectionWatcher {
         self.outbound.send(render_presence(notice))
     }
 
+    /// Only a client that may control the session is asked: an observer
+    /// watches a tool call wait, it never approves one.
     fn request_permission(
         &self,
         session_id: &SessionId,
         request: &PermissionRequest,
     ) -> Option<oneshot::Receiver<PermissionDecision>> {
+        if !self.principal.may(berth_actors::Role::Controller) {
+            return None;
+        }
         let (id, answer) = self.requests.register()?;
         let frame = json!({
             "jsonrpc": "2.0",

@@ -1667,3 +1667,45 @@ mod buffered_output {
         );
     }
 }
+
+#[tokio::test]
+async fn observers_watch_approvals_but_are_never_asked() {
+    use berth_actors::{Principal, Role};
+    let dir = tempfile::tempdir().unwrap();
+    let node = node_with(dir.path(), |c| c.needs_approval = vec!["write_file".into()]).await;
+    // The observer attaches first: it would be the first watcher asked.
+    let mut watcher = Client::connect_as(
+        &node,
+        Some(Principal::new("grafana", Role::Observer)),
+        ServeOptions::default(),
+    );
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let loaded = watcher
+        .call("session/load", json!({"sessionId": sid}))
+        .await;
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    let prompt = c.prompt(&sid, "write v1").await;
+    let ask = next_permission_request(&mut c).await;
+    // The observer sees the tool call wait, and hears no request.
+    c.send_raw(
+        &json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}})
+            .to_string(),
+    )
+    .await;
+    let (done, _) = c.response(prompt).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn");
+    // Everything the observer received up to a later answer: the wait and
+    // its outcome, never the request.
+    let (seen, notes) = watcher.exchange("session/list", json!({})).await;
+    assert!(seen.get("result").is_some());
+    assert!(notes
+        .iter()
+        .any(|n| n["params"]["update"]["rawOutput"]["permission"]["outcome"] == "rejected"));
+    assert!(
+        notes
+            .iter()
+            .all(|n| n["method"] != "session/request_permission"),
+        "{notes:?}"
+    );
+}
