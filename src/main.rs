@@ -306,6 +306,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(http) => Some(bind_http(&node, http, settings.acp, ws_shutdown.clone()).await?),
         None => None,
     };
+    // With a network listener berth is a server: stdin ending (a daemon's
+    // /dev/null) ends only the stdio client, not the node.
+    let network = http.is_some();
+    let stdio = async {
+        let served = berth_acp::transport::stdio::serve_stdio(node.clone(), settings.acp).await;
+        if network && served.is_ok() {
+            tracing::info!("stdin closed; serving the HTTP listener until SIGTERM or SIGINT");
+            std::future::pending::<()>().await;
+        }
+        served
+    };
     let http_shutdown = tokio_util::sync::CancellationToken::new();
     let http_served = {
         let stop = http_shutdown.clone();
@@ -319,9 +330,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let served = tokio::select! {
         served = http_served => served.context("HTTP listener failed"),
         served = local => served.context("control socket failed"),
-        served = berth_acp::transport::stdio::serve_stdio(node.clone(), settings.acp) => {
-            served.context("stdio transport failed")
-        }
+        served = stdio => served.context("stdio transport failed"),
         signal = shutdown_signal() => {
             tracing::info!(signal = %signal?, "shutting down: running turns are sealed at the next start");
             Ok(())
