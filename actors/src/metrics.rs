@@ -36,8 +36,8 @@ pub fn count_control(method: &str, status: ControlStatus) {
         .increment(1);
 }
 
-/// Counts the `control_outcome` receipts among `events` (called once they
-/// are durable).
+/// Counts the `control_outcome` receipts among `events` (called once per
+/// durable event, when [`crate::watch::Watchers::publish`] releases it).
 pub(crate) fn count_receipts<'a>(events: impl IntoIterator<Item = &'a SessionEvent>) {
     for event in events {
         if let SessionEvent::ControlOutcome(outcome) = event {

@@ -174,6 +174,9 @@ impl Watchers {
             }
             let (event_id, record) = entry.remove_entry();
             inner.released = event_id;
+            // Every durable event is released here exactly once, whichever
+            // path committed it: the one place receipts are counted.
+            crate::metrics::count_receipts([&record.event]);
             self.last_event_id.store(event_id, Ordering::Release);
             let notice = SessionNotice {
                 session_id: session_id.clone(),

@@ -417,6 +417,10 @@ test("berth HTTP listener: ACP over WebSocket, auth and roles, ops routes", { ti
         (m) => m.labels.method === "session/prompt" && m.labels.outcome === "rejected",
       );
       assert.ok(Number(refused?.value) >= 1, "the observer's refused prompt is counted");
+      const suspends = controls.metrics.find(
+        (m) => m.labels.method === "session/suspend" && m.labels.outcome === "accepted",
+      );
+      assert.ok(Number(suspends?.value) >= 1, "the accepted suspend is counted");
       // Label-free histogram: the parser keeps its count and buckets.
       const commits = families.get("berth_journal_commit_seconds");
       assert.equal(commits?.type, "HISTOGRAM");

@@ -296,7 +296,6 @@ impl SessionState {
             .collect();
         let batch = records.iter().fold(batch, |b, r| b.append(session_id, r));
         let ids = self.env.journal.commit(batch).await?;
-        crate::metrics::count_receipts(records.iter().map(|r| &r.event));
         self.watchers.publish(
             session_id,
             ids.into_iter().zip(records.into_iter().map(Arc::new)),
