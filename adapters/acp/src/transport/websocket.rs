@@ -177,14 +177,25 @@ async fn serve_socket(node: Node, principal: Principal, socket: WebSocket, optio
             let closing = closing.clone();
             async move {
                 loop {
-                    let message = stream.next().await?;
+                    let Some(message) = stream.next().await else {
+                        // The socket is gone: nobody can read answers any
+                        // more, so in-flight requests are not waited for
+                        // (their effects go on in the session actors).
+                        reason.set(CLOSE_NORMAL, "");
+                        closing.cancel();
+                        return None;
+                    };
                     let now = started.elapsed().as_millis() as u64;
                     last_seen.store(now, Ordering::Release);
                     let frame = match message {
                         Ok(Message::Text(text)) => InFrame::Message(text.as_bytes().to_vec()),
                         Ok(Message::Binary(_)) => InFrame::Binary,
                         Ok(Message::Ping(_) | Message::Pong(_)) => continue,
-                        Ok(Message::Close(_)) => return None,
+                        Ok(Message::Close(_)) => {
+                            reason.set(CLOSE_NORMAL, "");
+                            closing.cancel();
+                            return None;
+                        }
                         Err(e) => {
                             let text = e.to_string();
                             if text.contains("too long")
@@ -203,26 +214,29 @@ async fn serve_socket(node: Node, principal: Principal, socket: WebSocket, optio
             }
         })
     };
-    let stop = closing.clone();
-    let watch_shutdown = {
-        let stop = stop.clone();
+    // Server shutdown cuts the connection through the same token as the
+    // other reasons, so the teardown (detaching from sessions) always runs.
+    let shutdown_watch = {
+        let stop = closing.clone();
         let reason = Arc::clone(&reason);
-        async move {
-            shutdown.cancelled().await;
-            reason.set(CLOSE_GOING_AWAY, "berth is shutting down");
-            stop.cancel();
-        }
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shutdown.cancelled() => {
+                    reason.set(CLOSE_GOING_AWAY, "berth is shutting down");
+                    stop.cancel();
+                }
+                () = stop.cancelled() => {}
+            }
+        })
     };
-    let driven = tokio::select! {
-        driven = drive(&conn, Box::pin(inbound), closing, options.acp) => driven,
-        () = watch_shutdown => Ok(()),
-    };
-    if let Err(e) = driven {
+    let stop = closing.clone();
+    if let Err(e) = drive(&conn, Box::pin(inbound), closing, options.acp).await {
         tracing::debug!(connection = conn.id, error = %e, "websocket read failed");
     }
-    // The reader is done and every request answered: once the sessions
-    // drop their watchers the queue ends, and the writer sends what is
-    // left, then closes.
+    shutdown_watch.abort();
+    // The client is gone or cut off: the writer sends its close frame (when
+    // the socket still takes one) and ends.
+    stop.cancel();
     let id = conn.id;
     drop(conn);
     let _ = writer.await;
