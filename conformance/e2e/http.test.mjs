@@ -248,6 +248,8 @@ test("berth HTTP listener: ACP over WebSocket, auth and roles, ops routes", { ti
 
     await t.test("2. two clients on one session see the same updates", async () => {
       grafana = await connect(TOKENS.grafana, "grafana");
+      const init = await grafana.initialize("grafana-twice");
+      assert.deepEqual(init._meta.berth.principal, { actor: "grafana", role: "observer" });
       const loaded = await grafana.request("session/load", { sessionId, cwd, mcpServers: [] });
       assert.equal(loaded._meta.berth.lastEventId, 0);
       const joined = await alice.notifications.waitFor(
