@@ -125,7 +125,7 @@ impl Outbound {
         }
         let bytes = frame.len() as u64;
         let before = self.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
-        if before + bytes > self.limit_bytes {
+        if before.saturating_add(bytes) > self.limit_bytes {
             self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
             self.overflowed.store(true, Ordering::Release);
             tracing::warn!(
