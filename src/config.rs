@@ -62,9 +62,9 @@ pub struct ServeArgs {
     #[arg(long = "require-approval", value_name = "TOOL")]
     pub require_approval: Vec<String>,
     /// Serve HTTP (ACP over WebSocket at /acp, /healthz, /readyz, /metrics,
-    /// /v1/events, /v1/sessions) on this IP:PORT [default: off; the file's
-    /// `[http] listen`]. Needs at least one token (BERTH_API_KEYS or
-    /// `[[http.tokens]]`).
+    /// /v1/events, /v1/sessions) on this IP:PORT, or PORT for loopback
+    /// [default: off; the file's `[http] listen`]. Needs at least one token
+    /// (BERTH_API_KEYS or `[[http.tokens]]`).
     #[arg(long, env = "BERTH_LISTEN", value_name = "IP:PORT")]
     pub listen: Option<String>,
     /// Serve TLS with this PEM certificate chain (with --tls-key).
@@ -547,10 +547,14 @@ fn resolve_http(
     })
 }
 
-/// `IP:PORT` (`127.0.0.1:8080`, `[::1]:8080`, `0.0.0.0:443`).
+/// `IP:PORT` (`127.0.0.1:8080`, `[::1]:8080`, `0.0.0.0:443`), or a bare
+/// `PORT`, which means loopback (`127.0.0.1:PORT`).
 fn parse_listen(value: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = value.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
     value.parse().map_err(|_| {
-        format!("{value:?} is not IP:PORT (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\"; host names are not resolved)")
+        format!("{value:?} is not IP:PORT or PORT (e.g. \"127.0.0.1:8080\", \"[::1]:8080\" or \"8080\" for loopback; host names are not resolved)")
     })
 }
 
@@ -735,6 +739,8 @@ token = "file-token-0123456789"
             .unwrap();
         let http = settings.http.unwrap();
         assert_eq!(http.config.listen.port(), 0);
+        assert_eq!(parse_listen("8080"), Ok("127.0.0.1:8080".parse().unwrap()));
+        assert!(parse_listen("localhost:8080").is_err());
         assert_eq!(http.config.allowed_origins, vec!["https://flag.example"]);
         let actors: Vec<&str> = http
             .config

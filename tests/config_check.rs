@@ -42,7 +42,7 @@ fn problems_name_the_file_and_key() {
     assert!(!ok);
     let name = bad.display().to_string();
     for line in [
-        format!("{name}: key `http.listen`: \"example.com:80\" is not IP:PORT"),
+        format!("{name}: key `http.listen`: \"example.com:80\" is not IP:PORT or PORT"),
         format!("{name}: key `http.allowed_origins[0]`:"),
         format!("{name}: key `http.tokens[0].actor`: contains ' '"),
         format!("{name}: key `http.tokens[0].role`: unknown role \"root\""),
