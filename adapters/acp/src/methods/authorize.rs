@@ -55,8 +55,13 @@ pub(crate) fn required_role(method: &str) -> Role {
         | "session/redo"
         | "session/set_mode"
         | "session/set_config_option"
-        | "_berth/event.emit" => Role::Controller,
-        m if m.starts_with("_berth/schedule.") => Role::Controller,
+        | "_berth/event.emit"
+        | "_berth/schedule.create"
+        | "_berth/schedule.pause"
+        | "_berth/schedule.unpause"
+        | "_berth/schedule.delete" => Role::Controller,
+        // Unknown methods answer -32601 whoever asks; refusing them by role
+        // would also let a client mint metric labels.
         _ => Role::Observer,
     }
 }
