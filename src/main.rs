@@ -59,6 +59,11 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// Configuration files.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -75,6 +80,17 @@ enum KeysCommand {
         /// The data directory [default: ./berth-data].
         #[arg(long, env = "BERTH_DATA_DIR")]
         data_dir: Option<std::path::PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validates a TOML config file: prints every problem as `FILE: key
+    /// `KEY`: what is wrong` and exits 1, or prints a summary and exits 0.
+    /// BERTH_* variables and flags are not applied (they are at `serve`).
+    Check {
+        /// The file.
+        file: std::path::PathBuf,
     },
 }
 
@@ -226,6 +242,20 @@ fn main() -> ExitCode {
                     Command::Keys {
                         command: KeysCommand::List { data_dir },
                     } => integrity::list(data_dir).map(|()| done),
+                    Command::Config {
+                        command: ConfigCommand::Check { file },
+                    } => match config::check_file(&file)? {
+                        Ok(summary) => {
+                            println!("{}: {summary}", file.display());
+                            Ok(done)
+                        }
+                        Err(problems) => {
+                            for p in &problems {
+                                println!("{}: {p}", file.display());
+                            }
+                            anyhow::bail!("{} has {} problem(s)", file.display(), problems.len())
+                        }
+                    },
                     Command::Ctl {
                         command:
                             CtlCommand::Suspend {
@@ -274,7 +304,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
     };
-    let settings = file.merge(&args)?;
+    let api_keys = std::env::var("BERTH_API_KEYS").ok();
+    let settings = file.merge(&args, api_keys.as_deref())?;
     let mut node_config = NodeConfig::new(&settings.data_dir, settings.model);
     node_config.max_model_calls = settings.max_model_calls;
     node_config.quick_repair = settings.quick_repair;
@@ -316,48 +347,104 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             None => std::future::pending().await,
         }
     };
-    let listening = settings.a2a.is_some();
-    let a2a = serve_a2a(node.clone(), settings.a2a);
+    let ws_shutdown = tokio_util::sync::CancellationToken::new();
+    let http = match settings.http {
+        Some(http) => Some(
+            bind_http(
+                &node,
+                http,
+                settings.acp,
+                settings.a2a.map(|a2a| (a2a, settings.a2a_anonymous_role)),
+                ws_shutdown.clone(),
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    // With a network listener berth is a server: stdin ending (a daemon's
+    // /dev/null) ends only the stdio client, not the node.
+    let network = http.is_some();
     let stdio = async {
         let served = berth_acp::transport::stdio::serve_stdio(node.clone(), settings.acp).await;
-        // With an A2A listener berth is a server: stdin closing ends ACP on
-        // stdio, not the process.
-        if listening && served.is_ok() {
+        if network && served.is_ok() {
+            tracing::info!("stdin closed; serving the HTTP listener until SIGTERM or SIGINT");
             std::future::pending::<()>().await;
         }
         served
     };
+    let http_shutdown = tokio_util::sync::CancellationToken::new();
+    let http_served = {
+        let stop = http_shutdown.clone();
+        async move {
+            match http {
+                Some(server) => server.serve(async move { stop.cancelled().await }).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
     let served = tokio::select! {
+        served = http_served => served.context("HTTP listener failed"),
         served = local => served.context("control socket failed"),
-        served = a2a => served,
         served = stdio => served.context("stdio transport failed"),
         signal = shutdown_signal() => {
             tracing::info!(signal = %signal?, "shutting down: running turns are sealed at the next start");
             Ok(())
         }
     };
+    // WebSocket clients are told (close 1001) before the node stops.
+    ws_shutdown.cancel();
+    http_shutdown.cancel();
     // Stops every session actor: their processes are killed; a turn still
     // running stays open in the journal and is sealed at the next start.
     node.shutdown().await;
     served
 }
 
-/// Serves the A2A router on `addr` (pending forever without one). The
-/// shared HTTP listener will take this over; kept to this one function.
-async fn serve_a2a(node: Node, a2a: Option<(String, berth_a2a::A2aOptions)>) -> anyhow::Result<()> {
-    let Some((addr, options)) = a2a else {
-        return std::future::pending().await;
+/// Composes and binds the HTTP listener: the ops routes, ACP over WebSocket
+/// at `/acp` and A2A 1.0 (JSON-RPC at `/`, behind the tokens; the agent card
+/// at `/.well-known/agent-card.json`, public).
+async fn bind_http(
+    node: &Node,
+    http: config::HttpSettings,
+    acp: berth_acp::ServeOptions,
+    a2a: Option<(berth_a2a::A2aOptions, Option<berth_actors::Role>)>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<berth_http::BoundServer> {
+    let ws = berth_acp::transport::websocket::WsOptions {
+        acp,
+        max_connections: http.ws_max_connections,
+        max_outbound_bytes: http.ws_max_outbound_bytes,
+        ping_interval: http.ws_ping_interval,
+        shutdown,
     };
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} (--listen)"))?;
-    let local = listener.local_addr()?;
-    tracing::info!(addr = %local, "berth serving A2A 1.0 (JSON-RPC + SSE)");
-    // One plain stderr line tools can wait for (stdout carries only ACP).
-    eprintln!("berth: A2A listening on http://{local}/");
-    axum::serve(listener, berth_a2a::router(node, options))
-        .await
-        .context("the A2A listener failed")
+    let tokens = http.config.tokens.len();
+    let mut builder = berth_http::HttpServer::builder(node.clone(), http.config)
+        .mount(berth_acp::transport::websocket::router(node.clone(), ws));
+    if let Some((options, anonymous)) = a2a {
+        let (card, rpc) = berth_a2a::routers(node.clone(), options);
+        builder = builder.mount_public(card);
+        builder = match anonymous {
+            // Tokenless callers act as one fixed, configured principal.
+            Some(role) => builder.mount_public(rpc.layer(axum::Extension(
+                berth_actors::Principal::new("a2a-anonymous", role),
+            ))),
+            None => builder.mount(rpc),
+        };
+    }
+    let server = builder.build()?.bind().await?;
+    // One parseable line for scripts and tests (the port when 0 was asked).
+    tracing::info!(
+        listen = %server.local_addr(),
+        tls = server.is_tls(),
+        tokens,
+        "berth HTTP listener ready"
+    );
+    eprintln!(
+        "berth: listening on {}://{}",
+        if server.is_tls() { "https" } else { "http" },
+        server.local_addr()
+    );
+    Ok(server)
 }
 
 /// The control socket's file name in the data dir.

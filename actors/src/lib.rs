@@ -16,18 +16,23 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod config;
 pub mod error;
+pub mod metrics;
 pub mod node;
 pub mod registry;
 pub mod session;
 pub mod supervisor;
 pub mod watch;
 
+pub use auth::{Principal, Role};
 pub use config::NodeConfig;
 pub use error::ControlError;
 pub use node::{
-    BroadcastOutcome, CancelStatus, NewSession, Node, PromptOutcome, ResumeOutcome, ResumeParams,
-    ScheduleSpec, SessionSelector, SessionStatus, SuspendOutcome, SuspendParams,
+    BroadcastOutcome, CancelStatus, NewSession, Node, PromptOutcome, Readiness, ResumeOutcome,
+    ResumeParams, ScheduleSpec, SessionCounts, SessionSelector, SessionStatus, SuspendOutcome,
+    SuspendParams,
 };
-pub use watch::{SessionNotice, Watcher};
+pub use session::Replay;
+pub use watch::{PresenceChange, PresenceNotice, SessionNotice, Watcher};

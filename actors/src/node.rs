@@ -32,7 +32,7 @@ use serde_json::Value;
 use crate::config::NodeConfig;
 use crate::error::ControlError;
 use crate::registry::Registry;
-use crate::session::{settle_open_turn, AttachOutcome, SessionEnv, SessionMsg};
+use crate::session::{settle_open_turn, AttachOutcome, Replay, SessionEnv, SessionMsg};
 use crate::supervisor::Supervisor;
 use crate::watch::Watcher;
 
@@ -299,6 +299,37 @@ pub struct SessionStatus {
     pub suspension_handle: Option<String>,
 }
 
+/// Sessions by state (see [`Node::session_counts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SessionCounts {
+    /// A turn is running.
+    pub running: u64,
+    /// Parked with a suspension.
+    pub suspended: u64,
+    /// Neither (closed sessions included).
+    pub idle: u64,
+    /// Held in memory by an actor.
+    pub live: u64,
+}
+
+/// What `GET /readyz` checks (see [`Node::readiness`]).
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    /// The journal's counts, or why it could not be read.
+    pub journal: Result<berth_storage::JournalCounts, String>,
+    /// The scheduler task is running.
+    pub scheduler: bool,
+    /// Wake-ups it holds armed.
+    pub armed_wakeups: usize,
+}
+
+impl Readiness {
+    /// Both checks pass.
+    pub fn ready(&self) -> bool {
+        self.journal.is_ok() && self.scheduler
+    }
+}
+
 /// Errors starting a node.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -545,6 +576,7 @@ impl Node {
     /// serialized update of the schedule row, which a concurrent pause or a
     /// buffered run's count change never loses) and the next run is armed.
     async fn run_schedule(&self, id: &str, due: DateTime<Utc>, lateness_ms: u64) {
+        crate::metrics::record_lateness("schedule", lateness_ms);
         let Ok(Some(schedule)) = self.env.journal.schedule(id) else {
             return;
         };
@@ -665,6 +697,13 @@ impl Node {
     /// suspension (`onTimeout: fail`); a time trigger resumes with cause
     /// `condition_fired`. Losing the claim to a client is not an error.
     async fn fire(&self, firing: Firing) {
+        crate::metrics::record_lateness(
+            match firing.kind {
+                DueKind::Timeout => "timeout",
+                DueKind::Trigger => "trigger",
+            },
+            firing.lateness_ms,
+        );
         let wakeup = &firing.wakeup;
         let session_id = wakeup.session_id.clone();
         let trigger = match firing.kind {
@@ -868,15 +907,50 @@ impl Node {
         Ok(())
     }
 
+    /// Sessions by state, for the `berth_sessions` gauge: `running` (a turn
+    /// is open), `suspended` (parked), `idle` (every other session, closed
+    /// ones included), and `live` (held in memory). Cheap: O(1) journal
+    /// counts plus the registry's size.
+    ///
+    /// # Errors
+    /// [`ControlError::Storage`].
+    pub async fn session_counts(&self) -> Result<SessionCounts, ControlError> {
+        let counts = self.env.journal.counts()?;
+        let busy = counts.open_turns + counts.suspended;
+        Ok(SessionCounts {
+            running: counts.open_turns,
+            suspended: counts.suspended,
+            idle: counts.sessions.saturating_sub(busy),
+            live: self.registry.live_ids().await.len() as u64,
+        })
+    }
+
+    /// Whether the node is ready to serve (`GET /readyz`): the journal
+    /// answers a read and the scheduler task is running (it is loaded with
+    /// every wake-up before [`Node::start`] returns); also how many wake-ups
+    /// it holds.
+    pub async fn readiness(&self) -> Readiness {
+        let scheduler = self.env.scheduler.is_running();
+        Readiness {
+            journal: self.env.journal.counts().map_err(|e| e.to_string()),
+            scheduler,
+            armed_wakeups: if scheduler {
+                self.env.scheduler.armed().await
+            } else {
+                0
+            },
+        }
+    }
+
     /// The journal (read access for tools such as benchmarks and replay).
     pub fn journal(&self) -> &Journal {
         &self.env.journal
     }
 
-    /// A signed `control_outcome` for a control that has no session log to be
-    /// journaled in (it named an unknown session), decided now. Sent to the
-    /// requesting connection only; the signature lets it be verified later
-    /// like a journaled one.
+    /// A signed `control_outcome` for a control whose receipt is not
+    /// journaled (it named an unknown session, or no session at all), decided
+    /// now, with `metadata`. Sent to the requesting connection only; the
+    /// signature lets it be verified later like a journaled one.
     #[allow(clippy::too_many_arguments)]
     pub fn unjournaled_receipt(
         &self,
@@ -887,10 +961,14 @@ impl Node {
         outcome: &str,
         target: Value,
         reason: Option<&str>,
+        metadata: Value,
     ) -> SessionEvent {
-        crate::session::receipt_in(
+        let mut receipt = crate::session::control_outcome(
             &self.env, session_id, method, actor, status, outcome, target, reason,
-        )
+        );
+        // Set before signing: the signature covers the metadata too.
+        receipt.metadata = metadata;
+        crate::session::signed_outcome(&self.env, receipt)
     }
 
     /// The node configuration.
@@ -943,12 +1021,28 @@ impl Node {
         }
     }
 
-    /// Creates a session (durable on return) and makes it live.
+    /// Creates a session (durable on return) and makes it live, with no
+    /// recorded creator (a local client's session).
+    ///
+    /// # Errors
+    /// As [`Node::new_session_by`].
+    pub async fn new_session(&self, params: NewSession) -> Result<SessionRecord, ControlError> {
+        self.new_session_by(params, None).await
+    }
+
+    /// Creates a session (durable on return) and makes it live, recording
+    /// `created_by` (the authenticated actor of a networked client) as its
+    /// creator: besides the host owner, only the creator may close it or
+    /// revoke others' injections on it.
     ///
     /// # Errors
     /// [`ControlError::InvalidParams`] for a relative or missing `cwd` or a
     /// relative additional directory; [`ControlError::Storage`].
-    pub async fn new_session(&self, params: NewSession) -> Result<SessionRecord, ControlError> {
+    pub async fn new_session_by(
+        &self,
+        params: NewSession,
+        created_by: Option<&str>,
+    ) -> Result<SessionRecord, ControlError> {
         if !params.cwd.is_absolute() {
             return Err(ControlError::invalid("cwd", "must be an absolute path"));
         }
@@ -1026,6 +1120,7 @@ impl Node {
             budget_grant: Default::default(),
             context_from: 0,
             suspend_request: None,
+            created_by: created_by.map(str::to_owned),
         };
         self.env
             .journal
@@ -1246,11 +1341,12 @@ impl Node {
         .await?
     }
 
-    /// `session/revoke_inject` (`content: None`) or `session/replace_inject`.
+    /// `session/revoke_inject` (`content: None`) or `session/replace_inject`
+    /// by the client that injected the message.
     ///
     /// # Errors
-    /// `UnknownSession`, `Injection` (already delivered/revoked, unknown id),
-    /// `InvalidParams` (`invalid_content`), `Storage`.
+    /// `UnknownSession`, `Injection` (already delivered/revoked, unknown id,
+    /// not `actor`'s), `InvalidParams` (`invalid_content`), `Storage`.
     pub async fn retract_injection(
         &self,
         id: &SessionId,
@@ -1258,10 +1354,55 @@ impl Node {
         content: Option<&Value>,
         actor: &str,
     ) -> Result<(), ControlError> {
+        self.retract_injection_as(id, message_id, content, actor, false)
+            .await
+    }
+
+    /// [`Node::retract_injection`]; with `owner_override` (the caller checked
+    /// that `actor` owns the session: host owner or creator) a revoke may
+    /// pull back another client's message. A replace is always the injecting
+    /// client's alone.
+    ///
+    /// # Errors
+    /// As [`Node::retract_injection`].
+    pub async fn retract_injection_as(
+        &self,
+        id: &SessionId,
+        message_id: &str,
+        content: Option<&Value>,
+        actor: &str,
+        owner_override: bool,
+    ) -> Result<(), ControlError> {
         self.call(id, |reply| SessionMsg::Retract {
             message_id: message_id.to_owned(),
             content: content.cloned(),
             actor: actor.to_owned(),
+            owner_override,
+            reply,
+        })
+        .await?
+    }
+
+    /// Records that a control was refused before it reached its handler (the
+    /// sender's role does not allow `method`): a durable rejected
+    /// `control_outcome` receipt with `reason` and `metadata`, delivered to
+    /// the session's watchers like every receipt. Returns once it is durable.
+    ///
+    /// # Errors
+    /// `UnknownSession` (no log to journal it in), `Storage`, `ActorFailed`.
+    pub async fn refuse_control(
+        &self,
+        id: &SessionId,
+        method: &str,
+        actor: &str,
+        reason: &str,
+        metadata: Value,
+    ) -> Result<(), ControlError> {
+        self.call(id, |reply| SessionMsg::Refuse {
+            method: method.to_owned(),
+            actor: actor.to_owned(),
+            reason: reason.to_owned(),
+            metadata: metadata.clone(),
             reply,
         })
         .await?
@@ -1348,6 +1489,29 @@ impl Node {
         watcher: Arc<dyn Watcher>,
         replay: bool,
     ) -> Result<AttachOutcome, ControlError> {
+        let replay = if replay {
+            Replay::After(0)
+        } else {
+            Replay::None
+        };
+        self.attach_with(id, watcher, replay).await
+    }
+
+    /// Attaches `watcher` to the session, replaying what `replay` names
+    /// before this returns (a reconnecting client passes
+    /// `Replay::After(last acknowledged event id)` and receives exactly the
+    /// events it missed, then live ones, each once). The session's other
+    /// watchers hear of a new watcher through [`Watcher::presence`].
+    ///
+    /// # Errors
+    /// `UnknownSession`; `InvalidParams` (field `_meta.berth.lastEventId`)
+    /// for an id past the session's last event; `Storage`, `ActorFailed`.
+    pub async fn attach_with(
+        &self,
+        id: &SessionId,
+        watcher: Arc<dyn Watcher>,
+        replay: Replay,
+    ) -> Result<AttachOutcome, ControlError> {
         self.call(id, |reply| SessionMsg::Attach {
             watcher: Arc::clone(&watcher),
             replay,
@@ -1420,6 +1584,22 @@ impl Node {
                 return Ok((out, None));
             }
         }
+    }
+
+    /// One session's status, read-only: a session that is not live is read
+    /// from the journal (no actor is spawned for it).
+    ///
+    /// # Errors
+    /// `UnknownSession`, `Storage`.
+    pub async fn session_status(&self, id: &SessionId) -> Result<SessionStatus, ControlError> {
+        let record = self
+            .env
+            .journal
+            .session(id)?
+            .ok_or_else(|| ControlError::UnknownSession {
+                session_id: id.clone(),
+            })?;
+        self.status_of(record).await
     }
 
     async fn status_of(&self, record: SessionRecord) -> Result<SessionStatus, ControlError> {

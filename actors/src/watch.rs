@@ -18,7 +18,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use berth_runtime::engine::{PermissionDecision, PermissionRequest};
 use berth_runtime::event::EventRecord;
 use berth_runtime::ids::{EventId, SessionId};
+use serde::Serialize;
 use tokio::sync::oneshot;
+
+use crate::auth::Principal;
 
 /// One durable event, as a watcher receives it.
 #[derive(Debug, Clone)]
@@ -31,6 +34,37 @@ pub struct SessionNotice {
     pub record: Arc<EventRecord>,
     /// `true` when re-sent by `session/load`, `false` when live.
     pub replayed: bool,
+}
+
+/// Whether a client attached to or detached from a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PresenceChange {
+    /// It attached (`session/load`, `session/resume`, or its first control).
+    Attached,
+    /// It detached (its connection closed or stopped reading).
+    Detached,
+}
+
+/// An attach or detach, announced to the session's *other* watchers
+/// (`_berth/presence`, issue 8). Presence is not journaled: it describes
+/// connections, which do not survive a restart.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PresenceNotice {
+    /// The session.
+    pub session_id: SessionId,
+    /// Attached or detached.
+    pub change: PresenceChange,
+    /// The client's watcher (connection) id.
+    pub connection_id: u64,
+    /// Who it is (authenticated actor and role).
+    pub principal: Principal,
+    /// The session's last published event id when it happened (the cursor
+    /// the presence change sits at).
+    pub event_id: EventId,
+    /// Clients attached after the change.
+    pub attached: usize,
 }
 
 /// Receives a session's events. Called with the session's watcher lock held:
@@ -53,6 +87,19 @@ pub trait Watcher: Send + Sync {
     ) -> Option<oneshot::Receiver<PermissionDecision>> {
         let _ = (session_id, request);
         None
+    }
+
+    /// Who is behind this watcher, for presence announcements; `None`: it
+    /// is not announced (an internal watcher).
+    fn principal(&self) -> Option<Principal> {
+        None
+    }
+
+    /// Hears that another client attached or detached. Returns `false` when
+    /// the watcher is gone.
+    fn presence(&self, notice: &PresenceNotice) -> bool {
+        let _ = notice;
+        true
     }
 }
 
@@ -127,6 +174,9 @@ impl Watchers {
             }
             let (event_id, record) = entry.remove_entry();
             inner.released = event_id;
+            // Every durable event is released here exactly once, whichever
+            // path committed it: the one place receipts are counted.
+            crate::metrics::count_receipts([&record.event]);
             self.last_event_id.store(event_id, Ordering::Release);
             let notice = SessionNotice {
                 session_id: session_id.clone(),
@@ -134,13 +184,21 @@ impl Watchers {
                 record,
                 replayed: false,
             };
+            let mut gone = Vec::new();
             inner.watchers.retain(|_, e| {
                 if e.after >= event_id {
                     return true;
                 }
                 e.after = event_id;
-                e.watcher.notify(&notice)
+                let kept = e.watcher.notify(&notice);
+                if !kept {
+                    gone.push(Arc::clone(&e.watcher));
+                }
+                kept
             });
+            for watcher in gone {
+                announce(inner, session_id, &*watcher, PresenceChange::Detached);
+            }
         }
     }
 
@@ -157,8 +215,8 @@ impl Watchers {
         backlog: impl FnOnce() -> Result<(Vec<(EventId, EventRecord)>, EventId), E>,
     ) -> Result<Vec<(EventId, EventRecord)>, E> {
         let mut inner = self.lock();
-        let entries = &mut inner.watchers;
         let (replay, mut after) = backlog()?;
+        let entries = &mut inner.watchers;
         if replay.is_empty() {
             // Re-attaching without replay keeps the watcher's position, so an
             // event committed but not yet published is not skipped.
@@ -174,7 +232,19 @@ impl Watchers {
                 replayed: true,
             });
         }
-        entries.insert(watcher.watcher_id(), Entry { watcher, after });
+        let id = watcher.watcher_id();
+        let new = entries
+            .insert(
+                id,
+                Entry {
+                    watcher: Arc::clone(&watcher),
+                    after,
+                },
+            )
+            .is_none();
+        if new {
+            announce(&mut inner, session_id, &*watcher, PresenceChange::Attached);
+        }
         Ok(replay)
     }
 
@@ -191,15 +261,53 @@ impl Watchers {
             .find_map(|e| e.watcher.request_permission(session_id, request))
     }
 
-    /// Removes a watcher.
-    pub fn detach(&self, watcher_id: u64) {
-        self.lock().watchers.remove(&watcher_id);
+    /// Removes a watcher and announces it to the others.
+    pub fn detach(&self, session_id: &SessionId, watcher_id: u64) {
+        let mut inner = self.lock();
+        if let Some(entry) = inner.watchers.remove(&watcher_id) {
+            announce(
+                &mut inner,
+                session_id,
+                &*entry.watcher,
+                PresenceChange::Detached,
+            );
+        }
     }
 
     /// Whether no watcher is attached.
     pub fn is_empty(&self) -> bool {
         self.lock().watchers.is_empty()
     }
+
+    /// How many watchers are attached.
+    pub fn count(&self) -> usize {
+        self.lock().watchers.len()
+    }
+}
+
+/// Tells every watcher except `subject` that `subject` attached or detached
+/// (only a watcher with a principal is announced); drops watchers that are
+/// gone.
+fn announce(
+    inner: &mut Inner,
+    session_id: &SessionId,
+    subject: &dyn Watcher,
+    change: PresenceChange,
+) {
+    let Some(principal) = subject.principal() else {
+        return;
+    };
+    let notice = PresenceNotice {
+        session_id: session_id.clone(),
+        change,
+        connection_id: subject.watcher_id(),
+        principal,
+        event_id: inner.released,
+        attached: inner.watchers.len(),
+    };
+    inner
+        .watchers
+        .retain(|id, e| *id == notice.connection_id || e.watcher.presence(&notice));
 }
 
 #[cfg(test)]

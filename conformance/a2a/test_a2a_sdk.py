@@ -40,6 +40,10 @@ from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "e2e-script.toml"
+# The listener's bearer token (BERTH_API_KEYS): A2A calls carry it; the agent
+# card is public.
+TOKEN = "a2a-e2e-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 class Berth:
@@ -53,7 +57,7 @@ class Berth:
             [binary, "serve", "--listen", "127.0.0.1:0", "--data-dir", str(self.data),
              "--model", f"scripted:{SCRIPT}"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "BERTH_LOG": "warn"},
+            env={**os.environ, "BERTH_LOG": "warn", "BERTH_API_KEYS": f"{TOKEN}=a2a-e2e:controller"},
         )
         self.url = None
         ready = threading.Event()
@@ -62,9 +66,9 @@ class Berth:
 
         def read_stderr() -> None:
             for line in self.proc.stderr:
-                match = re.search(rb"A2A listening on (http://\S+)", line)
+                match = re.search(rb"berth: listening on (http://\S+)", line)
                 if match and not ready.is_set():
-                    self.url = match.group(1).decode()
+                    self.url = match.group(1).decode().rstrip("/") + "/"
                     ready.set()
             ready.set()
 
@@ -135,7 +139,11 @@ class A2aSdkEndToEnd(unittest.IsolatedAsyncioTestCase):
         cls.berth.stop()
 
     async def client(self, *, streaming: bool = False, polling: bool = False):
-        return await create_client(self.berth.url, ClientConfig(streaming=streaming, polling=polling))
+        http = httpx.AsyncClient(headers=AUTH, timeout=60)
+        self.addAsyncCleanup(http.aclose)
+        return await create_client(
+            self.berth.url, ClientConfig(streaming=streaming, polling=polling, httpx_client=http)
+        )
 
     async def send(self, client, msg: Message):
         """The events of one send_message call."""

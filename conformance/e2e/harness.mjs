@@ -45,7 +45,7 @@
 //   procCmdline(pid)         its command line joined by spaces, or null
 //   BerthServer              one `berth serve` child process with a wire tap:
 //                            `new BerthServer({label, dataDir, script, config?,
-//                            args?, dumpPrefix?})` runs `berth serve [--config C]
+//                            args?, env?, dumpPrefix?})` runs `berth serve [--config C]
 //                            --data-dir D --model scripted:S [...args]`; `.stream` is the
 //                            ndjson stream for the SDK, `.wire` (a Recorder) every
 //                            message berth wrote, in wire order, before the SDK
@@ -53,7 +53,10 @@
 //                            `.stderr` (last 20 kB), `.exited` ({code, signal}),
 //                            `.responseIndex(method, ms)`, `.shutdown(ms)`
 //                            (stdin EOF, wait for exit), `.kill()` (SIGKILL it and
-//                            everything below it); dumped on exit (see above)
+//                            everything below it), `.listening(ms)` (the
+//                            `http://IP:PORT` of its HTTP listener, from the
+//                            `berth: listening on …` stderr line, when started
+//                            with `--listen`); dumped on exit (see above)
 //   killEverything()         SIGKILLs every running server (and what is below
 //                            it) and every pid in `strayPids`
 //   tempRoot(prefix)         a fresh (realpath'd) temp dir, removed at the end
@@ -274,9 +277,10 @@ export class BerthServer {
   /**
    * Spawns `berth serve [--config <config>] --data-dir <dataDir> --model
    * scripted:<script> [...args]` (`args`: extra flags, e.g. `--require-approval
-   * write_file`); `dumpPrefix` starts the names of its BERTH_E2E_DUMP files.
+   * write_file`); `env`: extra environment variables (e.g. BERTH_API_KEYS);
+   * `dumpPrefix` starts the names of its BERTH_E2E_DUMP files.
    */
-  constructor({ label, dataDir, script, config, args: extraArgs = [], dumpPrefix = "" }) {
+  constructor({ label, dataDir, script, config, args: extraArgs = [], env = {}, dumpPrefix = "" }) {
     this.label = label;
     this.dumpPrefix = dumpPrefix;
     const args = [
@@ -291,7 +295,7 @@ export class BerthServer {
     this.child = spawn(BERTH_BIN, args, {
       cwd: os.tmpdir(),
       stdio: ["pipe", "pipe", "pipe"],
-      env: { ...process.env, NO_COLOR: "1" },
+      env: { ...process.env, NO_COLOR: "1", ...env },
     });
     servers.add(this);
     this.pid = this.child.pid;
@@ -348,6 +352,16 @@ export class BerthServer {
     const lines = [...this.sent.map((m) => ["->", m]), ...this.wire.items.map((m) => ["<-", m])];
     fs.writeFileSync(file, lines.map(([d, m]) => `${d} ${JSON.stringify(m)}`).join("\n") + "\n");
     fs.writeFileSync(file.replace(/\.jsonl$/, ".stderr.log"), this.stderr);
+  }
+
+  /** The `http(s)://IP:PORT` its HTTP listener announced on stderr (started with `--listen`). */
+  listening(ms = 10_000) {
+    return pollUntil(
+      // The whole line: stderr arrives in chunks that may cut it short.
+      () => this.stderr.match(/berth: listening on (https?:\/\/\S+)\n/)?.[1],
+      ms,
+      `${this.label} announces its HTTP listener`,
+    );
   }
 
   /** Closes stdin (berth then shuts down by itself) and waits for the exit. */

@@ -141,9 +141,14 @@ impl SteeringQueue {
         self.pending.iter()
     }
 
-    fn position(&self, message_id: &str, actor: &str) -> Result<usize, InjectionConflict> {
+    fn position(
+        &self,
+        message_id: &str,
+        actor: &str,
+        override_owner: bool,
+    ) -> Result<usize, InjectionConflict> {
         if let Some(i) = self.pending.iter().position(|p| p.message_id == message_id) {
-            if self.pending[i].owner != actor {
+            if self.pending[i].owner != actor && !override_owner {
                 return Err(InjectionConflict::NotOwnerOrNotAuthorized);
             }
             return Ok(i);
@@ -165,7 +170,23 @@ impl SteeringQueue {
         message_id: &str,
         actor: &str,
     ) -> Result<Injection, InjectionConflict> {
-        let i = self.position(message_id, actor)?;
+        self.revoke_as(message_id, actor, false)
+    }
+
+    /// [`SteeringQueue::revoke`]; with `override_owner` (the session's owner
+    /// — host owner or creator — revoking another client's message) the
+    /// owner check is skipped.
+    ///
+    /// # Errors
+    /// [`InjectionConflict`] when it is not pending, or not `actor`'s and
+    /// `override_owner` is false.
+    pub fn revoke_as(
+        &mut self,
+        message_id: &str,
+        actor: &str,
+        override_owner: bool,
+    ) -> Result<Injection, InjectionConflict> {
+        let i = self.position(message_id, actor, override_owner)?;
         let revoked = self
             .pending
             .remove(i)
@@ -186,7 +207,7 @@ impl SteeringQueue {
         actor: &str,
         content: Prompt,
     ) -> Result<Injection, InjectionConflict> {
-        let i = self.position(message_id, actor)?;
+        let i = self.position(message_id, actor, false)?;
         let entry = &mut self.pending[i];
         entry.content = content;
         Ok(entry.clone())

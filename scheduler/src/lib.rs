@@ -112,6 +112,7 @@ enum Command {
 #[derive(Debug, Clone)]
 pub struct Scheduler {
     tx: std_mpsc::Sender<Command>,
+    thread: Arc<std::thread::JoinHandle<()>>,
 }
 
 impl Scheduler {
@@ -123,11 +124,17 @@ impl Scheduler {
     pub fn start(clock: Arc<dyn Clock>) -> (Self, mpsc::UnboundedReceiver<Fired>) {
         let (tx, rx) = std_mpsc::channel();
         let (fired, firings) = mpsc::unbounded_channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("berth-scheduler".into())
             .spawn(move || run(&*clock, &rx, &fired))
             .expect("spawn the scheduler thread");
-        (Self { tx }, firings)
+        (
+            Self {
+                tx,
+                thread: Arc::new(thread),
+            },
+            firings,
+        )
     }
 
     /// Arms the wake-up of `wakeup.session_id` (its due time and event
@@ -167,6 +174,12 @@ impl Scheduler {
         let (reply, answer) = oneshot::channel();
         let _ = self.tx.send(Command::Candidates(name.to_owned(), reply));
         answer.await.unwrap_or_default()
+    }
+
+    /// Whether the scheduler thread is running (it stops only when every
+    /// handle is dropped, or if it panicked).
+    pub fn is_running(&self) -> bool {
+        !self.thread.is_finished()
     }
 
     /// How many sessions' wake-ups are armed with a due time.

@@ -542,4 +542,32 @@ impl Journal {
     pub fn schedule(&self, schedule_id: &str) -> Result<Option<Schedule>, StorageError> {
         self.get(SCHEDULES, "schedules", schedule_id)
     }
+
+    /// Row counts for the `berth_sessions` gauge: sessions, suspended
+    /// sessions and open (running) turns, from committed state. Each count
+    /// is O(1) (redb keeps table lengths in its B-tree headers), so a
+    /// metrics scrape stays cheap with a million sessions.
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn counts(&self) -> Result<JournalCounts, StorageError> {
+        use redb::ReadableTableMetadata;
+        let txn = self.db.begin_read()?;
+        Ok(JournalCounts {
+            sessions: txn.open_table(SESSIONS)?.len()?,
+            suspended: txn.open_table(SUSPENSIONS)?.len()?,
+            open_turns: txn.open_table(OPEN_TURNS)?.len()?,
+        })
+    }
+}
+
+/// Row counts of the journal (see [`Journal::counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalCounts {
+    /// Sessions ever created (closed ones included).
+    pub sessions: u64,
+    /// Sessions parked with a suspension.
+    pub suspended: u64,
+    /// Turns running (started and not yet sealed or parked).
+    pub open_turns: u64,
 }

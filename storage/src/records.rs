@@ -64,6 +64,13 @@ pub struct SessionRecord {
     /// A suspension requested while a turn runs and not yet committed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend_request: Option<SuspendRequest>,
+    /// The authenticated actor that created the session over a networked
+    /// transport (`None` for a local client or a session created before
+    /// creators were recorded). Besides the host owner, only the creator may
+    /// close the session or revoke others' injections (issue 8, "Auth and
+    /// roles").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
 }
 
 /// A turn checkpoint (table `checkpoints`, key `(session, seq)` with `seq`

@@ -68,7 +68,18 @@ pub(crate) fn spawn(
     (tx, thread)
 }
 
+/// Histogram of one successful group commit's duration, from `begin_write`
+/// to the durable commit (seconds).
+pub const COMMIT_SECONDS: &str = "berth_journal_commit_seconds";
+/// Counter of failed group commits.
+pub const COMMIT_ERRORS_TOTAL: &str = "berth_journal_commit_errors_total";
+/// Histogram of requests folded into one group commit.
+pub const COMMIT_GROUP_SIZE: &str = "berth_journal_commit_group_size";
+
 fn commit_group(db: &Database, quick_repair: bool, keyring: &Keyring, group: &mut Vec<Request>) {
+    // Metrics only: wall time, not the engine's injected clock.
+    let started = std::time::Instant::now();
+    metrics::histogram!(COMMIT_GROUP_SIZE).record(group.len() as f64);
     let result = (|| {
         let mut txn = db.begin_write()?;
         txn.set_quick_repair(quick_repair);
@@ -76,6 +87,11 @@ fn commit_group(db: &Database, quick_repair: bool, keyring: &Keyring, group: &mu
         txn.commit()?;
         Ok::<_, StorageError>(outcomes)
     })();
+    if result.is_ok() {
+        metrics::histogram!(COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
+    } else {
+        metrics::counter!(COMMIT_ERRORS_TOTAL).increment(1);
+    }
     match result {
         Ok(outcomes) => {
             for (request, outcome) in group.drain(..).zip(outcomes) {

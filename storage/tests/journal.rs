@@ -31,6 +31,7 @@ fn session(id: &str) -> SessionRecord {
         parent_session_id: None,
         context_from: 0,
         suspend_request: None,
+        created_by: None,
         labels: vec![],
         spend: Default::default(),
         budget_grant: Default::default(),

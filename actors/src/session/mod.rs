@@ -24,7 +24,7 @@ use berth_scheduler::Scheduler;
 use berth_storage::{Batch, Journal, SessionRecord};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-pub(crate) use receipt::receipt_in;
+pub(crate) use receipt::{control_outcome, signed_outcome};
 pub use seal::{seal_open_turn, settle_open_turn};
 
 use crate::config::NodeConfig;
@@ -79,6 +79,15 @@ impl SessionEnv {
     }
 }
 
+/// What an attach replays to its watcher before live events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// Nothing: only events after the attach arrive.
+    None,
+    /// Every event with an id greater than this (`After(0)`: the whole log).
+    After(EventId),
+}
+
 /// The answer to an attach (`session/load`, `session/resume`, `session/new`).
 #[derive(Debug, Clone)]
 pub struct AttachOutcome {
@@ -124,7 +133,25 @@ pub enum SessionMsg {
         content: Option<serde_json::Value>,
         /// Who sent it.
         actor: String,
+        /// The sender owns the session (host owner or creator): it may
+        /// revoke another client's message.
+        owner_override: bool,
         /// Done, or why not.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
+    /// A control refused before it reached its handler (the sender's role
+    /// does not allow the method): its rejected `control_outcome` receipt is
+    /// journaled, then the caller answers the error.
+    Refuse {
+        /// The refused method.
+        method: String,
+        /// Who sent it.
+        actor: String,
+        /// The receipt's machine-readable reason (`role_not_authorized`).
+        reason: String,
+        /// Receipt metadata (the role held and the role needed).
+        metadata: serde_json::Value,
+        /// Answered once the receipt is durable.
         reply: RpcReplyPort<Result<(), ControlError>>,
     },
     /// `session/cancel_tool_call`: stop one tool call, not the turn.
@@ -169,12 +196,14 @@ pub enum SessionMsg {
         /// The status.
         reply: RpcReplyPort<SessionStatus>,
     },
-    /// Registers a watcher, optionally replaying the whole log to it first.
+    /// Registers a watcher, optionally replaying (part of) the log to it first.
     Attach {
         /// The watcher.
         watcher: Arc<dyn Watcher>,
-        /// Replay every persisted event (`session/load`) or none (`session/resume`).
-        replay: bool,
+        /// What to replay: nothing (`session/resume`), every event
+        /// (`session/load`) or the events after a client's last acknowledged
+        /// one (`session/load` with `_meta.berth.lastEventId`).
+        replay: Replay,
         /// Answered after the replayed events were delivered.
         reply: RpcReplyPort<Result<AttachOutcome, ControlError>>,
     },
@@ -242,6 +271,8 @@ pub(crate) struct RunningTurn {
     pub turn_id: TurnId,
     pub control: Arc<TurnControl>,
     pub reply: Option<RpcReplyPort<Result<PromptOutcome, ControlError>>>,
+    /// When it started (the node clock), for `berth_turn_duration_seconds`.
+    pub started_at: chrono::DateTime<chrono::Utc>,
     /// Aborts the task if the actor goes away without sealing the turn.
     pub task: tokio::task::AbortHandle,
 }
@@ -469,10 +500,30 @@ impl SessionActor {
                 message_id,
                 content,
                 actor,
+                owner_override,
                 reply,
             } => {
                 let _ = reply.send(
-                    lifecycle::retract::retract(state, &message_id, content.as_ref(), &actor).await,
+                    lifecycle::retract::retract(
+                        state,
+                        &message_id,
+                        content.as_ref(),
+                        &actor,
+                        owner_override,
+                    )
+                    .await,
+                );
+                Ok(())
+            }
+            SessionMsg::Refuse {
+                method,
+                actor,
+                reason,
+                metadata,
+                reply,
+            } => {
+                let _ = reply.send(
+                    lifecycle::refuse::refuse(state, &method, &actor, &reason, metadata).await,
                 );
                 Ok(())
             }
@@ -522,7 +573,7 @@ impl SessionActor {
             #[cfg(test)]
             SessionMsg::InjectFault => Err("injected fault".into()),
             SessionMsg::Detach { watcher_id } => {
-                state.watchers.detach(watcher_id);
+                state.watchers.detach(&state.record.session_id, watcher_id);
                 Ok(())
             }
             SessionMsg::Passivate => {

@@ -78,7 +78,7 @@ impl Passivated {
     pub(crate) fn detach(&self, id: &SessionId, watcher_id: u64) {
         let mut inner = self.lock();
         if let Some(watchers) = inner.watchers.get(id) {
-            watchers.detach(watcher_id);
+            watchers.detach(id, watcher_id);
             if watchers.is_empty() {
                 inner.watchers.remove(id);
             }

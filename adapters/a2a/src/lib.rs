@@ -32,8 +32,12 @@
 //! [`A2aOptions::max_in_flight`] unary requests and
 //! [`A2aOptions::max_streams`] open streams at once (past that `503` with
 //! `Retry-After`). Authentication and listener policy (TLS, bind address)
-//! belong to the listener; the authenticated principal reaches receipts
-//! through the [`A2aActor`] request extension (default `a2a`).
+//! belong to the listener: its bearer-token layer sets the caller's
+//! [`berth_actors::Principal`] as a request extension, whose actor is
+//! recorded in receipts and whose role is checked per method (observers may
+//! get, list and subscribe; sending and cancelling need a controller;
+//! otherwise -32011 `role_not_authorized`). Without one (the router served
+//! on its own, as in tests) the actor is `a2a` with every right.
 
 #![warn(missing_docs)]
 
@@ -60,13 +64,8 @@ use tokio::sync::Semaphore;
 pub const PROTOCOL_VERSION: &str = "1.0";
 
 /// The actor recorded in receipts of A2A-originated controls (cancel,
-/// resume, steer) when the request carries no [`A2aActor`] extension.
+/// resume, steer) when the request carries no [`berth_actors::Principal`].
 pub const DEFAULT_ACTOR: &str = "a2a";
-
-/// Who sent a request, as a request extension set by the listener's
-/// authentication layer (e.g. `a2a:alice`); recorded as the control's actor.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct A2aActor(pub String);
 
 /// One skill on the agent card (A2A spec §4.4.5, `AgentSkill`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,7 +153,16 @@ pub(crate) struct Shared {
 
 /// The A2A routes: `GET /.well-known/agent-card.json` and the JSON-RPC
 /// endpoint `POST /`.
-pub fn router(node: Node, mut options: A2aOptions) -> Router {
+pub fn router(node: Node, options: A2aOptions) -> Router {
+    let (card, rpc) = routers(node, options);
+    card.merge(rpc)
+}
+
+/// [`router`] in two parts: the agent card (`GET
+/// /.well-known/agent-card.json`, public: clients read it before they hold
+/// a token) and the JSON-RPC endpoint (`POST /`, for the listener's
+/// authenticated routes).
+pub fn routers(node: Node, mut options: A2aOptions) -> (Router, Router) {
     if options.skills.is_empty() {
         options.skills = A2aOptions::new(PathBuf::new()).skills;
     }
@@ -164,7 +172,7 @@ pub fn router(node: Node, mut options: A2aOptions) -> Router {
         node,
         options,
     });
-    Router::new()
+    let card = Router::new()
         .route(
             "/.well-known/agent-card.json",
             get(
@@ -174,6 +182,9 @@ pub fn router(node: Node, mut options: A2aOptions) -> Router {
                 },
             ),
         )
+        .with_state(Arc::clone(&shared));
+    let rpc = Router::new()
         .route("/", post(rpc::handle))
-        .with_state(shared)
+        .with_state(shared);
+    (card, rpc)
 }

@@ -18,7 +18,8 @@ use futures::Stream;
 use serde_json::{json, Value};
 
 use crate::error::{A2aErrorKind, RpcError};
-use crate::{A2aActor, Shared, DEFAULT_ACTOR, PROTOCOL_VERSION};
+use crate::{Shared, DEFAULT_ACTOR, PROTOCOL_VERSION};
+use berth_actors::{Principal, Role};
 
 /// The `A2A-Version` service parameter (header or query parameter).
 pub const VERSION_HEADER: &str = "a2a-version";
@@ -82,16 +83,48 @@ pub fn version_supported(version: &str) -> bool {
     ) && parts.all(|p| p.chars().all(|c| c.is_ascii_digit()))
 }
 
+/// The role a method needs: sending (which starts, steers or resumes a turn)
+/// and cancelling need a controller; reading needs an observer.
+fn required_role(method: &str) -> Role {
+    match method {
+        "SendMessage" | "SendStreamingMessage" | "CancelTask" => Role::Controller,
+        _ => Role::Observer,
+    }
+}
+
+/// -32011 `role_not_authorized` when `principal` may not call `method`
+/// (the same code and `data` shape as ACP's refusal).
+fn refusal(principal: &Principal, method: &str) -> Option<RpcError> {
+    let needed = required_role(method);
+    (!principal.may(needed)).then(|| RpcError {
+        code: -32011,
+        message: format!(
+            "{} may not call {method}: it needs the {} role",
+            principal.actor,
+            needed.as_str()
+        ),
+        data: json!({
+            "reason": "role_not_authorized",
+            "method": method,
+            "actor": principal.actor,
+            "role": principal.role.as_str(),
+            "requiredRole": needed.as_str(),
+        }),
+    })
+}
+
 /// `POST /`: one JSON-RPC request.
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let Ok(permit) = Arc::clone(&shared.requests).try_acquire_owned() else {
         return busy(shared.options.max_in_flight);
     };
-    let actor = parts
+    let principal = parts
         .extensions
-        .get::<A2aActor>()
-        .map_or_else(|| DEFAULT_ACTOR.to_owned(), |a| a.0.clone());
+        .get::<Principal>()
+        .cloned()
+        .unwrap_or_else(|| Principal::local(DEFAULT_ACTOR));
+    let actor = principal.actor.clone();
     let limit = shared.options.max_body_bytes;
     let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(bytes) => bytes,
@@ -141,6 +174,9 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
                 ("supportedVersions", PROTOCOL_VERSION.into()),
             ],
         );
+        return error_response(StatusCode::OK, &id, &e);
+    }
+    if let Some(e) = refusal(&principal, &method) {
         return error_response(StatusCode::OK, &id, &e);
     }
     let ctx = crate::methods::Ctx {

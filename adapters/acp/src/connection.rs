@@ -7,24 +7,33 @@
 //! blocks, so a cancel can always get through). Everything outbound — responses
 //! and notifications — goes through one ordered queue to a single writer, so a
 //! turn's updates always precede its prompt response.
+//!
+//! The connection is transport-neutral: [`drive`] reads [`InFrame`]s from
+//! any stream (lines on stdio and the control socket, text messages on a
+//! WebSocket) and the transport writes what [`OutboundQueue`] yields. Each
+//! connection runs as one authenticated [`Principal`]: stdio and the local
+//! control socket are the trusted host owner; a WebSocket connection is the
+//! bearer token's actor and role.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use berth_actors::{Node, SessionNotice, Watcher};
+use berth_actors::{Node, PresenceNotice, Principal, SessionNotice, Watcher};
 use berth_runtime::engine::{PermissionDecision, PermissionRequest};
 use berth_runtime::event::SessionEvent;
 use berth_runtime::ids::SessionId;
 use berth_runtime::suspension::Initiator;
+use futures::{Stream, StreamExt};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::jsonrpc::{classify, encode_error, encode_result, Incoming, RpcError};
 use crate::methods;
-use crate::render::{render_notice, RenderOptions};
+use crate::render::{render_notice, render_presence, RenderOptions};
 use crate::transport::framing::{read_frame, Frame};
 
 /// Bounds of a connection.
@@ -54,7 +63,10 @@ pub struct Connection {
     pub id: u64,
     /// The node.
     pub node: Node,
-    outbound: mpsc::UnboundedSender<String>,
+    /// Who this connection is: receipts record its actor, and its role
+    /// decides which methods it may call.
+    pub principal: Principal,
+    outbound: Outbound,
     requests: Arc<ClientRequests>,
     attached: Mutex<HashSet<SessionId>>,
     /// The `clientCapabilities` sent in `initialize` (null before).
@@ -90,21 +102,149 @@ impl ClientExtensions {
     }
 }
 
-impl Connection {
-    /// Queues a frame for the writer. Returns `false` when the writer is gone.
+/// The sending half of a connection's outbound queue, bounded in bytes: a
+/// client that stops reading while frames pile up past the bound is cut off
+/// (its connection closes; it reconnects and catches up with
+/// `session/load` + `_meta.berth.lastEventId`), so a slow consumer cannot
+/// grow the server's memory without limit. The watcher side never blocks.
+#[derive(Clone)]
+pub struct Outbound {
+    tx: mpsc::UnboundedSender<String>,
+    queued_bytes: Arc<AtomicU64>,
+    limit_bytes: u64,
+    overflowed: Arc<std::sync::atomic::AtomicBool>,
+    closing: CancellationToken,
+}
+
+impl Outbound {
+    /// Queues a frame. Returns `false` when the connection is closing or the
+    /// frame would pass the bound (which starts closing the connection).
     pub fn send(&self, frame: String) -> bool {
-        self.outbound.send(frame).is_ok()
+        if self.closing.is_cancelled() {
+            return false;
+        }
+        let bytes = frame.len() as u64;
+        let before = self.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+        if before.saturating_add(bytes) > self.limit_bytes {
+            self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            self.overflowed.store(true, Ordering::Release);
+            tracing::warn!(
+                queued_bytes = before,
+                limit_bytes = self.limit_bytes,
+                "a client is not reading its frames; closing its connection"
+            );
+            self.closing.cancel();
+            return false;
+        }
+        if self.tx.send(frame).is_err() {
+            self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+}
+
+/// The receiving half of a connection's outbound queue (the transport's
+/// writer reads it).
+pub struct OutboundQueue {
+    rx: mpsc::UnboundedReceiver<String>,
+    queued_bytes: Arc<AtomicU64>,
+    overflowed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl OutboundQueue {
+    /// The next frame; `None` once every sender is gone.
+    pub async fn recv(&mut self) -> Option<String> {
+        let frame = self.rx.recv().await?;
+        self.queued_bytes
+            .fetch_sub(frame.len() as u64, Ordering::AcqRel);
+        Some(frame)
     }
 
-    /// Who this connection is in receipts (`control_outcome.actor`).
+    /// Whether no frame is waiting right now.
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty()
+    }
+
+    /// Whether the connection was cut off because its client stopped
+    /// reading (the queue passed its bound).
+    pub fn overflowed(&self) -> bool {
+        self.overflowed.load(Ordering::Acquire)
+    }
+}
+
+/// One inbound unit of a transport.
+#[derive(Debug, PartialEq, Eq)]
+pub enum InFrame {
+    /// One JSON-RPC message (a line, or a WebSocket text message).
+    Message(Vec<u8>),
+    /// A message over the size bound, discarded; `bytes` is its length.
+    TooLarge {
+        /// Its length (bytes).
+        bytes: usize,
+    },
+    /// A WebSocket binary message (JSON-RPC rides in text frames only).
+    Binary,
+}
+
+impl Connection {
+    /// A connection of `principal` on `node` whose outbound queue holds at
+    /// most `max_outbound_bytes`, with the queue its writer drains and the
+    /// token that is cancelled when the connection must close (the queue
+    /// overflowed, or the transport cancels it).
+    pub fn open(
+        node: Node,
+        principal: Option<Principal>,
+        max_outbound_bytes: u64,
+    ) -> (Arc<Self>, OutboundQueue, CancellationToken) {
+        let (tx, rx) = mpsc::unbounded_channel::<String>();
+        let queued_bytes = Arc::new(AtomicU64::new(0));
+        let overflowed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let closing = CancellationToken::new();
+        let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(Connection {
+            id,
+            node,
+            principal: principal.unwrap_or_else(|| Principal::local(format!("acp:{id}"))),
+            outbound: Outbound {
+                tx,
+                queued_bytes: Arc::clone(&queued_bytes),
+                limit_bytes: max_outbound_bytes,
+                overflowed: Arc::clone(&overflowed),
+                closing: closing.clone(),
+            },
+            requests: Arc::default(),
+            attached: Mutex::default(),
+            client_capabilities: Mutex::new(Value::Null),
+            extensions: Arc::default(),
+        });
+        (
+            conn,
+            OutboundQueue {
+                rx,
+                queued_bytes,
+                overflowed,
+            },
+            closing,
+        )
+    }
+
+    /// Queues a frame for the writer. Returns `false` when the writer is gone.
+    pub fn send(&self, frame: String) -> bool {
+        self.outbound.send(frame)
+    }
+
+    /// Who this connection is in receipts (`control_outcome.actor`): the
+    /// authenticated actor, never what the client claims.
     pub fn actor(&self) -> String {
-        format!("acp:{}", self.id)
+        self.principal.actor.clone()
     }
 
     /// This connection as a session watcher.
     pub fn watcher(&self) -> Arc<dyn Watcher> {
         Arc::new(ConnectionWatcher {
             id: self.id,
+            principal: self.principal.clone(),
             outbound: self.outbound.clone(),
             requests: Arc::clone(&self.requests),
             extensions: Arc::clone(&self.extensions),
@@ -201,7 +341,8 @@ impl ClientRequests {
 /// asks the client for approvals (ACP `session/request_permission`).
 struct ConnectionWatcher {
     id: u64,
-    outbound: mpsc::UnboundedSender<String>,
+    principal: Principal,
+    outbound: Outbound,
     requests: Arc<ClientRequests>,
     extensions: Arc<ClientExtensions>,
 }
@@ -245,7 +386,7 @@ impl ConnectionWatcher {
                 }},
             },
         });
-        if self.outbound.send(frame.to_string()).is_ok() {
+        if self.outbound.send(frame.to_string()) {
             tokio::spawn(async move {
                 if let Ok(reply) = answer.await {
                     tracing::debug!(%reply, "client answered session/await_resumption");
@@ -266,16 +407,29 @@ impl Watcher for ConnectionWatcher {
         };
         let sent = render_notice(notice, options)
             .into_iter()
-            .all(|frame| self.outbound.send(frame).is_ok());
+            .all(|frame| self.outbound.send(frame));
         self.await_resumption(notice);
         sent
     }
 
+    fn principal(&self) -> Option<Principal> {
+        Some(self.principal.clone())
+    }
+
+    fn presence(&self, notice: &PresenceNotice) -> bool {
+        self.outbound.send(render_presence(notice))
+    }
+
+    /// Only a client that may control the session is asked: an observer
+    /// watches a tool call wait, it never approves one.
     fn request_permission(
         &self,
         session_id: &SessionId,
         request: &PermissionRequest,
     ) -> Option<oneshot::Receiver<PermissionDecision>> {
+        if !self.principal.may(berth_actors::Role::Controller) {
+            return None;
+        }
         let (id, answer) = self.requests.register()?;
         let frame = json!({
             "jsonrpc": "2.0",
@@ -283,7 +437,7 @@ impl Watcher for ConnectionWatcher {
             "method": "session/request_permission",
             "params": permission_params(session_id, request),
         });
-        if self.outbound.send(frame.to_string()).is_err() {
+        if !self.outbound.send(frame.to_string()) {
             return None;
         }
         let (decided, decision) = oneshot::channel();
@@ -345,7 +499,8 @@ fn decision_of(payload: &Value) -> PermissionDecision {
     }
 }
 
-/// Serves one connection over `reader`/`writer` until the reader ends and every
+/// Serves one connection over `reader`/`writer` (one JSON-RPC message per
+/// line) as the trusted local host owner, until the reader ends and every
 /// in-flight request has been answered.
 ///
 /// # Errors
@@ -360,7 +515,27 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (outbound, mut queue) = mpsc::unbounded_channel::<String>();
+    serve_as(node, None, reader, writer, options).await
+}
+
+/// [`serve`] as `principal` (`None`: the trusted local host owner, actor
+/// `acp:<connection id>`).
+///
+/// # Errors
+/// I/O errors of the reader or writer.
+pub async fn serve_as<R, W>(
+    node: Node,
+    principal: Option<Principal>,
+    reader: R,
+    writer: W,
+    options: ServeOptions,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    // Lines are written as fast as the pipe takes them: no outbound bound.
+    let (conn, mut queue, closing) = Connection::open(node, principal, u64::MAX);
     let writer_task = tokio::spawn(async move {
         // Buffered: a frame and its newline are one write, and a backlog of
         // frames goes out in a few large writes (flushed whenever the queue
@@ -377,29 +552,63 @@ where
         }
         writer.flush().await
     });
-    let conn = Arc::new(Connection {
-        id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
-        node,
-        outbound,
-        requests: Arc::default(),
-        attached: Mutex::default(),
-        client_capabilities: Mutex::new(Value::Null),
-        extensions: Arc::default(),
+    let max = options.max_frame_bytes;
+    let lines = futures::stream::unfold(BufReader::new(reader), move |mut reader| async move {
+        match read_frame(&mut reader, max).await {
+            Ok(Frame::Eof) => None,
+            Ok(Frame::TooLarge { bytes }) => Some((Ok(InFrame::TooLarge { bytes }), reader)),
+            Ok(Frame::Line(line)) => Some((Ok(InFrame::Message(line)), reader)),
+            Err(e) => Some((Err(e), reader)),
+        }
     });
+    let read_result = drive(&conn, Box::pin(lines), closing, options).await;
+    drop(conn);
+    let write_result = writer_task
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    read_result.and(write_result)
+}
+
+/// Runs a connection: reads frames from `inbound` until it ends, fails or
+/// `closing` is cancelled; dispatches each (requests concurrently, at most
+/// `options.max_in_flight` at once); then waits for the in-flight requests
+/// and detaches the connection from every session it watched. The caller
+/// drops its `Arc<Connection>` afterwards so the writer sees the queue end.
+///
+/// # Errors
+/// The first error of `inbound`.
+pub async fn drive<S>(
+    conn: &Arc<Connection>,
+    mut inbound: S,
+    closing: CancellationToken,
+    options: ServeOptions,
+) -> std::io::Result<()>
+where
+    S: Stream<Item = std::io::Result<InFrame>> + Unpin,
+{
     let slots = Arc::new(Semaphore::new(options.max_in_flight));
     let mut tasks = JoinSet::new();
-    let mut reader = BufReader::new(reader);
     let read_result = loop {
-        let frame = match read_frame(&mut reader, options.max_frame_bytes).await {
-            Ok(Frame::Eof) => break Ok(()),
-            Ok(Frame::TooLarge { bytes }) => {
+        let next = tokio::select! {
+            next = inbound.next() => next,
+            () = closing.cancelled() => break Ok(()),
+        };
+        let frame = match next {
+            None => break Ok(()),
+            Some(Err(e)) => break Err(e),
+            Some(Ok(InFrame::TooLarge { bytes })) => {
                 let mut err = RpcError::invalid_request("frame too large");
                 err.data = json!({"reason": "frame_too_large", "bytes": bytes, "limitBytes": options.max_frame_bytes});
                 conn.send(encode_error(&Value::Null, &err));
                 continue;
             }
-            Ok(Frame::Line(line)) => line,
-            Err(e) => break Err(e),
+            Some(Ok(InFrame::Binary)) => {
+                let mut err = RpcError::invalid_request("binary frame");
+                err.data = json!({"reason": "binary_frame", "hint": "send each JSON-RPC message as one text frame"});
+                conn.send(encode_error(&Value::Null, &err));
+                continue;
+            }
+            Some(Ok(InFrame::Message(message))) => message,
         };
         if frame.iter().all(u8::is_ascii_whitespace) {
             continue;
@@ -411,7 +620,7 @@ where
             }
             Ok(Incoming::Response { id, payload }) => conn.client_answered(&id, payload),
             Ok(Incoming::Notification { method, params }) => {
-                let conn = Arc::clone(&conn);
+                let conn = Arc::clone(conn);
                 tasks.spawn(
                     async move { methods::handle_notification(&conn, &method, params).await },
                 );
@@ -426,7 +635,7 @@ where
                     conn.send(encode_error(&id, &err));
                     continue;
                 };
-                let conn = Arc::clone(&conn);
+                let conn = Arc::clone(conn);
                 tasks.spawn(async move {
                     let frame = match methods::handle_request(&conn, &method, params).await {
                         Ok(result) => encode_result(&id, result),
@@ -441,6 +650,10 @@ where
     // The client's input ended: requests berth sent it will not be answered,
     // so a turn waiting on one must not hold the connection open.
     conn.requests.close();
+    if closing.is_cancelled() {
+        // Cut off (overflow, liveness, shutdown): nobody reads the answers.
+        tasks.abort_all();
+    }
     while tasks.join_next().await.is_some() {}
     let sessions: Vec<SessionId> = conn
         .attached
@@ -451,11 +664,7 @@ where
     for session_id in sessions {
         conn.node.detach(&session_id, conn.id).await;
     }
-    drop(conn);
-    let write_result = writer_task
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-    read_result.and(write_result)
+    read_result
 }
 
 #[cfg(test)]

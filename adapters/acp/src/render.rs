@@ -22,6 +22,30 @@ use crate::jsonrpc::encode_notification;
 /// The notification method for berth facts without an ACP update.
 pub const AGENT_EVENT_METHOD: &str = "_berth/agentEvent";
 
+/// The notification announcing that another client attached to or detached
+/// from a session this connection watches (issue 8).
+pub const PRESENCE_METHOD: &str = "_berth/presence";
+
+/// `_berth/presence {sessionId, change: "attached" | "detached",
+/// connectionId, actor, role, attached, _meta.berth.eventId}`: `attached` is
+/// how many clients watch the session after the change; `eventId` is the
+/// session's last published event id when it happened (presence itself is
+/// not journaled).
+pub fn render_presence(notice: &berth_actors::PresenceNotice) -> String {
+    encode_notification(
+        PRESENCE_METHOD,
+        json!({
+            "sessionId": notice.session_id,
+            "change": notice.change,
+            "connectionId": notice.connection_id,
+            "actor": notice.principal.actor,
+            "role": notice.principal.role,
+            "attached": notice.attached,
+            "_meta": {"berth": {"eventId": notice.event_id}},
+        }),
+    )
+}
+
 fn berth_meta(notice: &SessionNotice) -> Meta {
     let mut berth = serde_json::Map::new();
     berth.insert("eventId".into(), json!(notice.event_id));

@@ -71,9 +71,24 @@ struct Client {
 
 impl Client {
     fn connect(node: &Node, options: ServeOptions) -> Self {
+        Self::connect_as(node, None, options)
+    }
+
+    /// A connection authenticated as `principal` (`None`: the local host owner).
+    fn connect_as(
+        node: &Node,
+        principal: Option<berth_actors::Principal>,
+        options: ServeOptions,
+    ) -> Self {
         let (ours, theirs) = tokio::io::duplex(1 << 20);
         let (r, w) = tokio::io::split(theirs);
-        tokio::spawn(serve(node.clone(), r, w, options));
+        tokio::spawn(berth_acp::connection::serve_as(
+            node.clone(),
+            principal,
+            r,
+            w,
+            options,
+        ));
         let (r, w) = tokio::io::split(ours);
         Self {
             write: w,
@@ -924,10 +939,16 @@ async fn approval_gated_tools_wait_for_the_client() {
 
 #[tokio::test]
 async fn only_the_injecting_client_may_revoke_or_replace() {
+    use berth_actors::{Principal, Role};
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path()).await;
-    let mut a = Client::connect(&node, ServeOptions::default());
-    let mut b = Client::connect(&node, ServeOptions::default());
+    // alice creates the session; bob is another controller; the local
+    // connection is the host owner.
+    let alice = Some(Principal::new("alice", Role::Controller));
+    let bob = Some(Principal::new("bob", Role::Controller));
+    let mut a = Client::connect_as(&node, alice, ServeOptions::default());
+    let mut b = Client::connect_as(&node, bob, ServeOptions::default());
+    let mut owner = Client::connect(&node, ServeOptions::default());
     let sid = a.new_session(dir.path()).await;
     let prompt = a.prompt(&sid, "sleep").await;
     a.until_in_progress().await;
@@ -956,6 +977,7 @@ async fn only_the_injecting_client_may_revoke_or_replace() {
         let got = receipts(&notes);
         assert_eq!(got.len(), 1, "{notes:?}");
         assert_eq!(got[0]["reason"], "not_owner_or_not_authorized");
+        assert_eq!(got[0]["actor"], "bob", "the authenticated actor");
     }
     let (r, _) = a
         .exchange(
@@ -964,9 +986,39 @@ async fn only_the_injecting_client_may_revoke_or_replace() {
         )
         .await;
     assert_eq!(r["result"]["status"], "revoked");
+    // The host owner may revoke another client's message, not replace it.
+    let (r, _) = a
+        .exchange(
+            "session/inject",
+            json!({"sessionId": sid, "mode": "queue", "content": "again"}),
+        )
+        .await;
+    let id = r["result"]["messageId"].as_str().unwrap().to_owned();
+    let (r, _) = owner
+        .exchange(
+            "session/replace_inject",
+            json!({"sessionId": sid, "messageId": id, "content": "theirs"}),
+        )
+        .await;
+    assert_eq!(error_of(&r).0, -32008);
+    let (r, _) = owner
+        .exchange(
+            "session/revoke_inject",
+            json!({"sessionId": sid, "messageId": id}),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "revoked", "{r}");
+    // bob may not close alice's session; alice (its creator) may.
+    let (r, _) = b.exchange("session/close", json!({"sessionId": sid})).await;
+    let (code, data) = error_of(&r);
+    assert_eq!(code, -32011);
+    assert_eq!(data["reason"], "role_not_authorized");
+    assert_eq!(data["requiredRole"], "host_owner");
     a.exchange("session/cancel", json!({"sessionId": sid}))
         .await;
     a.response(prompt).await;
+    let (r, _) = a.exchange("session/close", json!({"sessionId": sid})).await;
+    assert!(r.get("result").is_some(), "{r}");
 }
 
 #[tokio::test]
@@ -1614,4 +1666,46 @@ mod buffered_output {
             "{n} writes for 50 frames (unbuffered: two per frame)"
         );
     }
+}
+
+#[tokio::test]
+async fn observers_watch_approvals_but_are_never_asked() {
+    use berth_actors::{Principal, Role};
+    let dir = tempfile::tempdir().unwrap();
+    let node = node_with(dir.path(), |c| c.needs_approval = vec!["write_file".into()]).await;
+    // The observer attaches first: it would be the first watcher asked.
+    let mut watcher = Client::connect_as(
+        &node,
+        Some(Principal::new("grafana", Role::Observer)),
+        ServeOptions::default(),
+    );
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let loaded = watcher
+        .call("session/load", json!({"sessionId": sid}))
+        .await;
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    let prompt = c.prompt(&sid, "write v1").await;
+    let ask = next_permission_request(&mut c).await;
+    // The observer sees the tool call wait, and hears no request.
+    c.send_raw(
+        &json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}})
+            .to_string(),
+    )
+    .await;
+    let (done, _) = c.response(prompt).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn");
+    // Everything the observer received up to a later answer: the wait and
+    // its outcome, never the request.
+    let (seen, notes) = watcher.exchange("session/list", json!({})).await;
+    assert!(seen.get("result").is_some());
+    assert!(notes
+        .iter()
+        .any(|n| n["params"]["update"]["rawOutput"]["permission"]["outcome"] == "rejected"));
+    assert!(
+        notes
+            .iter()
+            .all(|n| n["method"] != "session/request_permission"),
+        "{notes:?}"
+    );
 }

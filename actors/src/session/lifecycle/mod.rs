@@ -7,6 +7,7 @@ pub mod cancel_tool_call;
 pub mod close;
 pub mod inject;
 pub mod prompt;
+pub mod refuse;
 pub mod resume;
 pub mod retract;
 pub mod rollback;

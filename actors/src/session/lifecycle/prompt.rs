@@ -267,6 +267,7 @@ pub(crate) fn spawn(
         turn_id,
         control,
         reply,
+        started_at: state.env.config.clock.now(),
         task: task.abort_handle(),
     });
 }
@@ -314,6 +315,15 @@ pub(crate) async fn finish(
     let Some(turn) = state.turn.take() else {
         return Ok(());
     };
+    let ran_ms = (state.env.config.clock.now() - turn.started_at).num_milliseconds();
+    let label = match &exit {
+        TurnExit::Ended(outcome) => serde_json::to_value(outcome.terminal.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_else(|| "unknown".into()),
+        TurnExit::Suspended(_) => "suspended".into(),
+    };
+    crate::metrics::record_turn(&label, ran_ms);
     match exit {
         TurnExit::Ended(outcome) => seal_ended(state, turn, outcome).await?,
         TurnExit::Suspended(suspended) => suspend::park_turn(state, turn, *suspended).await?,

@@ -14,8 +14,10 @@ use crate::error::ControlError;
 /// turn. A replace keeps the message's id, mode and place in the queue. A
 /// message already delivered answers `already_delivered`, one revoked before
 /// `already_revoked`, an id this session never issued (or whose turn ended
-/// before delivery) `unknown_message_id`. The receipt is durable before the
-/// answer, for rejections too.
+/// before delivery) `unknown_message_id`, another client's
+/// `not_owner_or_not_authorized` — unless `owner_override` (the session's
+/// owner revoking; replace stays the injecting client's alone). The receipt
+/// is durable before the answer, for rejections too.
 ///
 /// # Errors
 /// [`ControlError::Injection`], [`ControlError::InvalidParams`] for replace
@@ -25,6 +27,7 @@ pub(crate) async fn retract(
     message_id: &str,
     content: Option<&Value>,
     actor: &str,
+    owner_override: bool,
 ) -> Result<(), ControlError> {
     let method = if content.is_some() {
         "session/replace_inject"
@@ -51,13 +54,12 @@ pub(crate) async fn retract(
         .cloned();
     let result = match (&control, replacement) {
         (None, _) => Err(InjectionConflict::UnknownMessageId),
-        (Some(c), None) => {
-            c.steering()
-                .revoke(message_id, actor)
-                .map(|_| SessionEvent::InjectionRevoked {
-                    message_id: message_id.to_owned(),
-                })
-        }
+        (Some(c), None) => c
+            .steering()
+            .revoke_as(message_id, actor, owner_override)
+            .map(|_| SessionEvent::InjectionRevoked {
+                message_id: message_id.to_owned(),
+            }),
         (Some(c), Some(prompt)) => c
             .steering()
             .replace(message_id, actor, prompt)

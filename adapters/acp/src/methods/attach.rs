@@ -26,11 +26,29 @@ fn meta(last_event_id: u64) -> Meta {
 /// fields, so it rides in `_meta`).
 /// Events after the replay arrive live, exactly once. A live session stays
 /// promptable.
+///
+/// A client that reconnects passes the last event id it acknowledged as
+/// `_meta.berth.lastEventId` (a non-negative integer; issue 8): only the
+/// events after it are replayed, so it receives exactly what it missed.
+/// The answer's `_meta.berth.lastEventId` is the cursor after the replay.
+///
+/// # Errors
+/// -32602 (field `_meta.berth.lastEventId`) when it is not a non-negative
+/// integer or is past the session's last event; -32004 unknown session.
 pub(crate) async fn load(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let id = session_id(&params)?;
-    let outcome = conn.node.attach(&id, conn.watcher(), true).await?;
+    let after = match params.pointer("/_meta/berth/lastEventId") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v.as_u64().ok_or_else(|| {
+            RpcError::invalid_params("_meta.berth.lastEventId", "must be a non-negative integer")
+        })?,
+    };
+    let outcome = conn
+        .node
+        .attach_with(&id, conn.watcher(), berth_actors::Replay::After(after))
+        .await?;
     conn.mark_attached(&id);
-    let last = outcome.replayed.last().map_or(0, |(id, _)| *id);
+    let last = outcome.replayed.last().map_or(after, |(id, _)| *id);
     let replayed: Vec<Value> = outcome
         .replayed
         .iter()

@@ -33,7 +33,9 @@ fn suspend_capabilities() -> Meta {
 /// Negotiates protocol version 1 and advertises what berth implements:
 /// `loadSession`, `sessionCapabilities.{list, resume, close}`, and prompt
 /// capabilities as they are — text and embedded text resources reach the model
-/// (`embeddedContext: true`); images and audio do not (`false`).
+/// (`embeddedContext: true`); images and audio do not (`false`). The answer's
+/// `_meta.berth.principal` is `{actor, role}`: who this connection is
+/// authenticated as (the actor receipts record) and what it may do.
 pub(crate) fn initialize(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let request: InitializeRequest = parse(params)?;
     if let Ok(caps) = serde_json::to_value(&request.client_capabilities) {
@@ -53,9 +55,15 @@ pub(crate) fn initialize(conn: &Connection, params: Value) -> Result<Value, RpcE
                 .close(SessionCloseCapabilities::new()),
         )
         .meta(suspend_capabilities());
+    let mut meta = Meta::new();
+    meta.insert(
+        "berth".into(),
+        serde_json::json!({"principal": {"actor": conn.principal.actor, "role": conn.principal.role}}),
+    );
     to_value(
         InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(capabilities)
-            .agent_info(Implementation::new("berth", env!("CARGO_PKG_VERSION")).title("berth")),
+            .agent_info(Implementation::new("berth", env!("CARGO_PKG_VERSION")).title("berth"))
+            .meta(meta),
     )
 }

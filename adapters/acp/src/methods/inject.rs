@@ -37,13 +37,23 @@ pub(crate) async fn inject(conn: &Connection, params: Value) -> Result<Value, Rp
 }
 
 /// `{sessionId, messageId}` → `{messageId, status: "revoked"}`; -32008 with
-/// `reason` `already_delivered`, `already_revoked` or `unknown_message_id`.
+/// `reason` `already_delivered`, `already_revoked`, `unknown_message_id` or
+/// `not_owner_or_not_authorized` (another client's message, and the sender
+/// does not own the session: only the host owner or the session's creator
+/// may revoke others' messages).
 pub(crate) async fn revoke(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let id = session_id(&params)?;
     super::attach_controller(conn, "session/revoke_inject", &id).await?;
     let message = message_id(&params)?;
+    let owner = conn.principal.role == berth_actors::Role::HostOwner
+        || conn
+            .node
+            .journal()
+            .session(&id)
+            .map_err(RpcError::internal)?
+            .is_some_and(|r| conn.principal.owns(r.created_by.as_deref()));
     conn.node
-        .retract_injection(&id, &message, None, &conn.actor())
+        .retract_injection_as(&id, &message, None, &conn.actor(), owner)
         .await
         .map_err(|e| receipt_unknown_session(conn, "session/revoke_inject", &id, e))?;
     Ok(json!({"messageId": message, "status": "revoked"}))

@@ -13,10 +13,6 @@ use crate::jsonrpc::RpcError;
 /// Sessions per page.
 const PAGE: usize = 100;
 
-/// Roles a client may claim on this transport. Over stdio the one client
-/// controls everything; observer-only roles arrive with networked transports.
-const ATTACHABLE_ROLES: &[&str] = &["controller"];
-
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ListParams {
@@ -28,15 +24,16 @@ struct ListParams {
 
 /// One `session/list` entry: ACP `SessionInfo` plus, under `_meta.berth`,
 /// `liveState` (`live` | `persisted`), `activePrompt`, `currentModeId`,
-/// `attachableRoles`, `lastEventId` (absent until the session has events) and
+/// `attachableRoles` (the roles this client may act as: its own and every
+/// lower one), `lastEventId` (absent until the session has events) and
 /// `closedAt` (once closed).
-pub(crate) fn session_entry(status: &SessionStatus) -> SessionInfo {
+pub(crate) fn session_entry(status: &SessionStatus, role: berth_actors::Role) -> SessionInfo {
     let record = &status.record;
     let mut berth = json!({
         "liveState": if status.live { "live" } else { "persisted" },
         "activePrompt": status.active_prompt,
         "currentModeId": record.mode_id,
-        "attachableRoles": ATTACHABLE_ROLES,
+        "attachableRoles": role.attachable(),
     });
     if status.last_event_id > 0 {
         berth["lastEventId"] = json!(status.last_event_id);
@@ -78,7 +75,11 @@ pub(crate) async fn list(conn: &Connection, params: Value) -> Result<Value, RpcE
         .list(params.cwd.as_deref(), cursor.as_ref(), PAGE)
         .await?;
     to_value(
-        ListSessionsResponse::new(page.iter().map(session_entry).collect())
-            .next_cursor(next.map(|id| id.0)),
+        ListSessionsResponse::new(
+            page.iter()
+                .map(|s| session_entry(s, conn.principal.role))
+                .collect(),
+        )
+        .next_cursor(next.map(|id| id.0)),
     )
 }

@@ -3,6 +3,7 @@
 //! encodes the result; errors are typed [`RpcError`]s.
 
 mod attach;
+pub mod authorize;
 mod cancel;
 mod close;
 mod initialize;
@@ -20,15 +21,18 @@ use serde_json::Value;
 use crate::connection::Connection;
 use crate::jsonrpc::RpcError;
 
-/// Answers one request.
+/// Answers one request: the connection's role is checked first
+/// ([`authorize`]), then the method runs.
 ///
 /// # Errors
-/// -32601 for an unknown method; the method's own typed errors otherwise.
+/// -32011 when the role does not allow the method; -32601 for an unknown
+/// method; the method's own typed errors otherwise.
 pub async fn handle_request(
     conn: &Connection,
     method: &str,
     params: Value,
 ) -> Result<Value, RpcError> {
+    authorize::check(conn, method, &params).await?;
     match method {
         "initialize" => initialize::initialize(conn, params),
         "session/new" => new::new_session(conn, params).await,
@@ -71,6 +75,10 @@ pub async fn handle_request(
 /// Handles one notification (never answered). `session/cancel` is the one ACP
 /// defines client → agent; others are logged and dropped.
 pub async fn handle_notification(conn: &Connection, method: &str, params: Value) {
+    if let Err(e) = authorize::check(conn, method, &params).await {
+        tracing::warn!(code = e.code, data = %e.data, "notification refused");
+        return;
+    }
     match method {
         "session/cancel" => {
             if let Err(e) = cancel::cancel(conn, params).await {
@@ -122,6 +130,7 @@ pub(crate) fn receipt_unknown_session(
     error: berth_actors::ControlError,
 ) -> RpcError {
     if let berth_actors::ControlError::UnknownSession { .. } = &error {
+        berth_actors::metrics::count_control(method, berth_runtime::event::ControlStatus::Rejected);
         let event = conn.node.unjournaled_receipt(
             session_id,
             method,
@@ -130,6 +139,7 @@ pub(crate) fn receipt_unknown_session(
             "unknown_session",
             serde_json::json!({"sessionId": session_id}),
             Some("unknown_session"),
+            Value::Null,
         );
         // Same shape as a journaled receipt, minus the eventId it cannot have.
         conn.send(crate::jsonrpc::encode_notification(

@@ -77,23 +77,29 @@ pub(crate) async fn new_session(conn: &Connection, mut params: Value) -> Result<
         .map_err(RpcError::internal)?;
     let record = conn
         .node
-        .new_session(NewSession {
-            cwd: request.cwd,
-            additional_directories: request.additional_directories,
-            mcp_servers,
-            parent_session_id: parent,
-            labels,
-            session_id: None,
-        })
+        .new_session_by(
+            NewSession {
+                cwd: request.cwd,
+                additional_directories: request.additional_directories,
+                mcp_servers,
+                parent_session_id: parent,
+                labels,
+                session_id: None,
+            },
+            Some(&conn.actor()),
+        )
         .await?;
     conn.ensure_attached(&record.session_id).await?;
-    let entry = session_entry(&berth_actors::SessionStatus {
-        record: record.clone(),
-        live: true,
-        active_prompt: false,
-        last_event_id: 0,
-        suspension_handle: None,
-    });
+    let entry = session_entry(
+        &berth_actors::SessionStatus {
+            record: record.clone(),
+            live: true,
+            active_prompt: false,
+            last_event_id: 0,
+            suspension_handle: None,
+        },
+        conn.principal.role,
+    );
     // The seed's `session` object (the `session/list` entry) rides in
     // `_meta.berth`: ACP forbids custom root fields on its types.
     let mut meta = Meta::new();

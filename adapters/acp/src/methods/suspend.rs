@@ -185,6 +185,12 @@ pub(crate) async fn claim(
     if !request.explicit && current.is_none() {
         return Ok(None);
     }
+    // A plain reattach is an observer's right; claiming a suspension is a
+    // resume, which needs a controller.
+    let needed = berth_actors::Role::Controller;
+    if !conn.principal.may(needed) {
+        return Err(super::authorize::refuse(conn, "session/resume", Some(id), needed, None).await);
+    }
     let handle = request.handle.or(current.map(|s| s.handle));
     let outcome = conn
         .node

@@ -1,0 +1,128 @@
+//! Prometheus metrics at `GET /metrics` (text exposition format 0.0.4).
+//!
+//! berth's crates emit through the [`metrics`] facade; this module installs
+//! the process-wide Prometheus recorder (once) with histogram buckets for
+//! each histogram, and renders it. The families:
+//!
+//! | family | type | labels | what |
+//! |---|---|---|---|
+//! | `berth_sessions` | gauge | `state` = `running` \| `suspended` \| `idle` | sessions by state (idle includes closed), set at each scrape |
+//! | `berth_sessions_live` | gauge | | sessions held in memory by an actor |
+//! | `berth_controls_total` | counter | `method`, `outcome` = `accepted` \| `idempotent` \| `rejected` | one per `control_outcome` receipt |
+//! | `berth_journal_commit_seconds` | histogram | | one successful group commit, `begin_write` to durable |
+//! | `berth_journal_commit_errors_total` | counter | | failed group commits |
+//! | `berth_journal_commit_group_size` | histogram | | requests folded into one commit |
+//! | `berth_wakeup_lateness_seconds` | histogram | `kind` = `timeout` \| `trigger` \| `schedule` | how late a scheduled wake-up fired |
+//! | `berth_turn_duration_seconds` | histogram | `terminal` (terminal kind, or `suspended`) | a turn from start to seal or park |
+
+use std::sync::OnceLock;
+
+use berth_actors::Node;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Gauge of sessions by state.
+pub const SESSIONS: &str = "berth_sessions";
+/// Gauge of sessions held in memory.
+pub const SESSIONS_LIVE: &str = "berth_sessions_live";
+
+static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+
+/// The process-wide Prometheus recorder, installed on first use.
+///
+/// # Errors
+/// A message when another metrics recorder was installed first.
+pub fn handle() -> Result<&'static PrometheusHandle, String> {
+    HANDLE
+        .get_or_init(|| {
+            let secs = |v: &[f64]| v.to_vec();
+            PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full(berth_storage::COMMIT_SECONDS.into()),
+                    &secs(&[
+                        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                        0.25, 0.5, 1.0,
+                    ]),
+                )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(berth_storage::COMMIT_GROUP_SIZE.into()),
+                        &[
+                            1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+                        ],
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(berth_actors::metrics::WAKEUP_LATENESS_SECONDS.into()),
+                        &[
+                            0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                            30.0, 60.0, 300.0,
+                        ],
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(berth_actors::metrics::TURN_DURATION_SECONDS.into()),
+                        &[
+                            0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+                            300.0, 600.0, 1800.0,
+                        ],
+                    )
+                })
+                .map_err(|e| e.to_string())
+                .and_then(|b| b.install_recorder().map_err(|e| e.to_string()))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Describes every family (HELP lines) once the recorder is installed.
+fn describe() {
+    static DESCRIBED: OnceLock<()> = OnceLock::new();
+    DESCRIBED.get_or_init(|| {
+        metrics::describe_gauge!(SESSIONS, "Sessions by state (idle includes closed).");
+        metrics::describe_gauge!(SESSIONS_LIVE, "Sessions held in memory by an actor.");
+        metrics::describe_counter!(
+            berth_actors::metrics::CONTROLS_TOTAL,
+            "Controls by method and outcome (one per control_outcome receipt)."
+        );
+        metrics::describe_histogram!(
+            berth_storage::COMMIT_SECONDS,
+            metrics::Unit::Seconds,
+            "Journal group commit latency, begin to durable."
+        );
+        metrics::describe_counter!(
+            berth_storage::COMMIT_ERRORS_TOTAL,
+            "Failed journal group commits."
+        );
+        metrics::describe_histogram!(
+            berth_storage::COMMIT_GROUP_SIZE,
+            "Requests folded into one journal group commit."
+        );
+        metrics::describe_histogram!(
+            berth_actors::metrics::WAKEUP_LATENESS_SECONDS,
+            metrics::Unit::Seconds,
+            "How late a scheduled wake-up fired after it was due."
+        );
+        metrics::describe_histogram!(
+            berth_actors::metrics::TURN_DURATION_SECONDS,
+            metrics::Unit::Seconds,
+            "Turn duration from start to seal or park."
+        );
+    });
+}
+
+/// Sets the scrape-time gauges from `node` and renders every family.
+///
+/// # Errors
+/// The recorder could not be installed, or the journal could not be read.
+pub async fn render(node: &Node) -> Result<String, String> {
+    let handle = handle()?;
+    describe();
+    let counts = node.session_counts().await.map_err(|e| e.to_string())?;
+    metrics::gauge!(SESSIONS, "state" => "running").set(counts.running as f64);
+    metrics::gauge!(SESSIONS, "state" => "suspended").set(counts.suspended as f64);
+    metrics::gauge!(SESSIONS, "state" => "idle").set(counts.idle as f64);
+    metrics::gauge!(SESSIONS_LIVE).set(counts.live as f64);
+    Ok(handle.render())
+}

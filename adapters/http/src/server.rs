@@ -1,0 +1,216 @@
+//! Composing and running the listener.
+//!
+//! ```no_run
+//! # async fn run(node: berth_actors::Node, config: berth_http::HttpConfig) -> Result<(), Box<dyn std::error::Error>> {
+//! let server = berth_http::HttpServer::builder(node.clone(), config)
+//!     // ACP over WebSocket at /acp (berth-acp), behind auth:
+//!     .mount(berth_acp::transport::websocket::router(node.clone(), Default::default()))
+//!     // e.g. an adapter's public discovery document:
+//!     // .mount_public(berth_a2a::card_router(...))
+//!     .build()?;
+//! let bound = server.bind().await?;
+//! println!("listening on {}", bound.local_addr());
+//! bound.serve(std::future::pending()).await?;
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::middleware::from_fn_with_state;
+use axum::Router;
+use berth_actors::Node;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::auth::{authenticate, Tokens};
+use crate::config::HttpConfig;
+use crate::layers::{check_origin, limit_in_flight, Origins};
+use crate::tls::{acceptor, BoundedListener, TlsError};
+
+/// Errors building or starting the listener.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The configuration cannot work (no tokens, duplicate tokens, a zero
+    /// bound).
+    #[error("invalid [http] configuration: {0}")]
+    Config(String),
+    /// TLS material is unusable.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The address cannot be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The metrics recorder cannot be installed.
+    #[error("cannot install the Prometheus recorder: {0}")]
+    Metrics(String),
+    /// Serving failed.
+    #[error("HTTP server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// Collects the routers to serve; see the module example.
+pub struct HttpServerBuilder {
+    node: Node,
+    config: HttpConfig,
+    authenticated: Vec<Router>,
+    public: Vec<Router>,
+}
+
+impl HttpServerBuilder {
+    /// Serves `router` behind bearer-token auth: its handlers find the
+    /// caller's [`berth_actors::Principal`] in the request extensions.
+    pub fn mount(mut self, router: Router) -> Self {
+        self.authenticated.push(router);
+        self
+    }
+
+    /// Serves `router` without auth (discovery documents such as an A2A
+    /// agent card). The Origin check and the bounds still apply.
+    pub fn mount_public(mut self, router: Router) -> Self {
+        self.public.push(router);
+        self
+    }
+
+    /// Validates the configuration and composes the layers (see the crate
+    /// docs for their order).
+    ///
+    /// # Errors
+    /// [`HttpError::Config`] without tokens, with a repeated token or a zero
+    /// bound; [`HttpError::Tls`] for unusable TLS files.
+    pub fn build(self) -> Result<HttpServer, HttpError> {
+        let c = &self.config;
+        if c.tokens.is_empty() {
+            return Err(HttpError::Config(
+                "no tokens: add [[http.tokens]] entries or set BERTH_API_KEYS (every route but /healthz and /readyz needs one)".into(),
+            ));
+        }
+        if c.max_body_bytes == 0 || c.max_connections == 0 || c.max_requests_in_flight == 0 {
+            return Err(HttpError::Config(
+                "max_body_bytes, max_connections and max_requests_in_flight must be at least 1"
+                    .into(),
+            ));
+        }
+        let tokens = Tokens::new(&c.tokens).map_err(HttpError::Config)?;
+        let tls = match &c.tls {
+            Some(files) => Some(acceptor(&files.cert, &files.key)?),
+            None => None,
+        };
+        let authenticated = self
+            .authenticated
+            .into_iter()
+            .fold(crate::ops::routes(self.node.clone()), Router::merge)
+            .layer(from_fn_with_state(tokens, authenticate));
+        let public = self
+            .public
+            .into_iter()
+            .fold(crate::ops::public_routes(self.node.clone()), Router::merge);
+        let app = public
+            .merge(authenticated)
+            .layer(DefaultBodyLimit::max(c.max_body_bytes))
+            .layer(from_fn_with_state(
+                Arc::new(Semaphore::new(c.max_requests_in_flight)),
+                limit_in_flight,
+            ))
+            .layer(from_fn_with_state(
+                Origins(Arc::new(c.allowed_origins.clone())),
+                check_origin,
+            ));
+        Ok(HttpServer {
+            app,
+            config: self.config,
+            tls,
+        })
+    }
+}
+
+/// A composed listener, not yet bound.
+pub struct HttpServer {
+    app: Router,
+    config: HttpConfig,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl HttpServer {
+    /// Starts composing a listener for `node` with `config`; the ops routes
+    /// are always there.
+    pub fn builder(node: Node, config: HttpConfig) -> HttpServerBuilder {
+        HttpServerBuilder {
+            node,
+            config,
+            authenticated: Vec::new(),
+            public: Vec::new(),
+        }
+    }
+
+    /// Binds the address and installs the Prometheus recorder (so every
+    /// metric from now on is kept).
+    ///
+    /// # Errors
+    /// [`HttpError::Bind`], [`HttpError::Metrics`].
+    pub async fn bind(self) -> Result<BoundServer, HttpError> {
+        crate::metrics::handle().map_err(HttpError::Metrics)?;
+        let addr = self.config.listen;
+        let tcp = TcpListener::bind(addr)
+            .await
+            .map_err(|source| HttpError::Bind { addr, source })?;
+        let listener = BoundedListener::start(
+            tcp,
+            self.tls,
+            self.config.max_connections,
+            self.config.handshake_timeout,
+        )
+        .map_err(|source| HttpError::Bind { addr, source })?;
+        let local_addr = axum::serve::Listener::local_addr(&listener)
+            .map_err(|source| HttpError::Bind { addr, source })?;
+        Ok(BoundServer {
+            app: self.app,
+            listener,
+            local_addr,
+            tls: self.config.tls.is_some(),
+        })
+    }
+}
+
+/// A bound listener.
+pub struct BoundServer {
+    app: Router,
+    listener: BoundedListener,
+    local_addr: SocketAddr,
+    tls: bool,
+}
+
+impl BoundServer {
+    /// The address actually bound (the port when 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Whether it serves TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting and lets
+    /// in-flight requests finish (upgraded WebSockets are closed by their
+    /// own shutdown token).
+    ///
+    /// # Errors
+    /// [`HttpError::Serve`].
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), HttpError> {
+        axum::serve(self.listener, self.app)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(HttpError::Serve)
+    }
+}
