@@ -3,8 +3,8 @@
 
 mod config;
 mod integrity;
+mod telemetry;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -216,14 +216,20 @@ struct EmitArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    // Trace export is for the server; the other commands only log.
+    let otlp = match &cli.command {
+        Command::Serve(_) => telemetry::OtlpSettings::from_env()
+            .and_then(|settings| settings.as_ref().map(telemetry::Otlp::start).transpose()),
+        _ => Ok(None),
+    };
+    let otlp = match otlp {
+        Ok(otlp) => otlp,
+        Err(e) => {
+            eprintln!("berth: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    telemetry::install(otlp.as_ref());
     let result = tokio::runtime::Runtime::new()
         .context("cannot start the async runtime")
         .and_then(|rt| {
@@ -290,6 +296,10 @@ fn main() -> ExitCode {
             rt.shutdown_timeout(std::time::Duration::from_millis(100));
             result
         });
+    // Spans still queued are exported before the process ends.
+    if let Some(otlp) = otlp {
+        otlp.shutdown();
+    }
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -24,6 +24,7 @@ pub mod node;
 pub mod registry;
 pub mod session;
 pub mod supervisor;
+pub mod telemetry;
 pub mod watch;
 
 pub use auth::{Principal, Role};

@@ -1153,9 +1153,11 @@ impl Node {
         id: &SessionId,
         prompt: Prompt,
     ) -> Result<PromptOutcome, ControlError> {
+        let trace = tracing::Span::current();
         self.call(id, |reply| SessionMsg::Prompt {
             prompt: prompt.clone(),
             reply,
+            trace: trace.clone(),
         })
         .await?
     }
@@ -1171,9 +1173,11 @@ impl Node {
         id: &SessionId,
         params: SuspendParams,
     ) -> Result<SuspendOutcome, ControlError> {
+        let trace = tracing::Span::current();
         self.call(id, |reply| SessionMsg::Suspend {
             params: params.clone(),
             reply,
+            trace: trace.clone(),
         })
         .await?
     }
@@ -1292,9 +1296,11 @@ impl Node {
         id: &SessionId,
         params: ResumeParams,
     ) -> Result<ResumeOutcome, ControlError> {
+        let trace = tracing::Span::current();
         self.call(id, |reply| SessionMsg::Resume {
             params: params.clone(),
             reply,
+            trace: trace.clone(),
         })
         .await?
     }

@@ -23,6 +23,7 @@ use berth_runtime::tools::{ProcessGroups, ProcessLedger};
 use berth_scheduler::Scheduler;
 use berth_storage::{Batch, Journal, SessionRecord};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tracing::Instrument;
 
 pub(crate) use receipt::{control_outcome, signed_outcome};
 pub use seal::{seal_open_turn, settle_open_turn};
@@ -105,6 +106,8 @@ pub enum SessionMsg {
         prompt: Prompt,
         /// Answered with the sealed outcome.
         reply: RpcReplyPort<Result<PromptOutcome, ControlError>>,
+        /// The caller's span: the turn's span is its child.
+        trace: tracing::Span,
     },
     /// `session/cancel`.
     Cancel {
@@ -219,6 +222,8 @@ pub enum SessionMsg {
         params: SuspendParams,
         /// The handle and envelope summary.
         reply: RpcReplyPort<Result<SuspendOutcome, ControlError>>,
+        /// The caller's span: an idle session's `suspend` span is its child.
+        trace: tracing::Span,
     },
     /// `session/resume` claiming the session's suspension.
     Resume {
@@ -226,6 +231,8 @@ pub enum SessionMsg {
         params: ResumeParams,
         /// Answered once the claim is committed.
         reply: RpcReplyPort<Result<ResumeOutcome, ControlError>>,
+        /// The caller's span: the `resume` span links to it.
+        trace: tracing::Span,
     },
     /// A standing schedule's run.
     ScheduledPrompt {
@@ -275,6 +282,10 @@ pub(crate) struct RunningTurn {
     pub started_at: chrono::DateTime<chrono::Utc>,
     /// Aborts the task if the actor goes away without sealing the turn.
     pub task: tokio::task::AbortHandle,
+    /// The turn's span (see [`crate::telemetry`]): the parent of a `suspend`
+    /// span, and linked from the `resume` span. Dropped before the turn's
+    /// park or seal commits, so it never stays open across a pause.
+    pub span: tracing::Span,
 }
 
 /// A session actor's state.
@@ -447,17 +458,35 @@ impl SessionActor {
     ) -> Result<(), ActorProcessingErr> {
         let myself = myself.clone();
         match msg {
-            SessionMsg::Prompt { prompt, reply } => {
-                lifecycle::prompt::start(&myself, state, prompt, reply).await
+            SessionMsg::Prompt {
+                prompt,
+                reply,
+                trace,
+            } => {
+                lifecycle::prompt::start(&myself, state, prompt, reply)
+                    .instrument(trace)
+                    .await
             }
             SessionMsg::TurnFinished { turn_id, exit } => {
                 lifecycle::prompt::finish(&myself, state, turn_id, *exit).await
             }
-            SessionMsg::Suspend { params, reply } => {
-                lifecycle::suspend::suspend(state, params, reply).await
+            SessionMsg::Suspend {
+                params,
+                reply,
+                trace,
+            } => {
+                lifecycle::suspend::suspend(state, params, reply)
+                    .instrument(trace)
+                    .await
             }
-            SessionMsg::Resume { params, reply } => {
-                lifecycle::resume::resume(&myself, state, params, reply).await
+            SessionMsg::Resume {
+                params,
+                reply,
+                trace,
+            } => {
+                lifecycle::resume::resume(&myself, state, params, reply)
+                    .instrument(trace)
+                    .await
             }
             SessionMsg::ScheduledPrompt {
                 schedule_id,

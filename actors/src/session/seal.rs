@@ -363,9 +363,13 @@ async fn recover_suspension(
         })
         .collect();
     record.updated_at = now;
-    let suspension = suspend::envelope(&record, &request, Some(frame), summary, now);
+    let mut suspension = suspend::envelope(&record, &request, Some(frame), summary, now);
+    // The turn's span died with the process that ran it: only the suspend
+    // span is linked.
+    let span = crate::telemetry::suspend_span(&mut suspension, None);
     events.extend(suspend::parked_events(env, &suspension, method, drained));
     let records = stamp(env, &session_id, Some(&open.turn_id), now, events);
+    drop(span);
     env.journal
         .commit(suspend::park_batch(&record, &suspension, &records))
         .await?;

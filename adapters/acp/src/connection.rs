@@ -30,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::jsonrpc::{classify, encode_error, encode_result, Incoming, RpcError};
 use crate::methods;
@@ -621,8 +622,10 @@ where
             Ok(Incoming::Response { id, payload }) => conn.client_answered(&id, payload),
             Ok(Incoming::Notification { method, params }) => {
                 let conn = Arc::clone(conn);
+                let span = request_span(&method, None, &params);
                 tasks.spawn(
-                    async move { methods::handle_notification(&conn, &method, params).await },
+                    async move { methods::handle_notification(&conn, &method, params).await }
+                        .instrument(span),
                 );
             }
             Ok(Incoming::Request { id, method, params }) => {
@@ -636,14 +639,18 @@ where
                     continue;
                 };
                 let conn = Arc::clone(conn);
-                tasks.spawn(async move {
-                    let frame = match methods::handle_request(&conn, &method, params).await {
-                        Ok(result) => encode_result(&id, result),
-                        Err(err) => encode_error(&id, &err),
-                    };
-                    conn.send(frame);
-                    drop(permit);
-                });
+                let span = request_span(&method, Some(&id), &params);
+                tasks.spawn(
+                    async move {
+                        let frame = match methods::handle_request(&conn, &method, params).await {
+                            Ok(result) => encode_result(&id, result),
+                            Err(err) => encode_error(&id, &err),
+                        };
+                        conn.send(frame);
+                        drop(permit);
+                    }
+                    .instrument(span),
+                );
             }
         }
     };
@@ -665,6 +672,36 @@ where
         conn.node.detach(&session_id, conn.id).await;
     }
     read_result
+}
+
+/// The span one inbound request or notification runs in (a tracing layer
+/// around every method, OpenTelemetry RPC conventions: `rpc.system =
+/// jsonrpc`, kind server, named after the method). It is a root, unless the
+/// message carries a W3C `traceparent` in `params._meta` (the key ACP
+/// reserves for trace context): then that remote span is its parent, and so
+/// the ancestor of the work the request starts (a turn, a suspension). An
+/// invalid `traceparent` is ignored (W3C Trace Context §4.3).
+fn request_span(method: &str, id: Option<&Value>, params: &Value) -> tracing::Span {
+    let span = tracing::info_span!(
+        parent: None,
+        "acp.request",
+        otel.name = method,
+        otel.kind = "server",
+        rpc.system = "jsonrpc",
+        rpc.method = method,
+        rpc.jsonrpc.version = "2.0",
+        rpc.jsonrpc.request_id = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    if let Some(id) = id {
+        span.record("rpc.jsonrpc.request_id", tracing::field::display(id));
+    }
+    if let Some(meta) = params.get("_meta") {
+        berth_actors::telemetry::adopt_remote_parent(&span, meta);
+    }
+    span
 }
 
 #[cfg(test)]

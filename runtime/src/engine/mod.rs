@@ -13,6 +13,7 @@
 //! where cancel's "an unsent tool call is never sent" is enforced.
 
 mod control;
+mod spans;
 mod turn;
 
 pub use control::{CallCancel, TurnControl};

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use futures::future::join_all;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
+use super::spans;
 use super::{PermissionDecision, PermissionRequest, SinkError, TurnControl, TurnSink};
 use crate::budget::Budget;
 use crate::content::Prompt;
@@ -534,7 +536,13 @@ impl<'a> Turn<'a> {
             tools: self.deps.tools.specs(),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let call = self.deps.model.complete(&request, tx);
+        let span = spans::model_call(
+            self.deps.model.name(),
+            &self.spec.session_id,
+            &self.spec.turn_id,
+            iteration,
+        );
+        let call = self.deps.model.complete(&request, tx).instrument(span.clone());
         tokio::pin!(call);
         let mut streamed = String::new();
         let result = loop {
@@ -550,6 +558,8 @@ impl<'a> Turn<'a> {
                 result = &mut call => break result,
             }
         };
+        spans::model_result(&span, &result);
+        drop(span);
         while let Ok(delta) = rx.try_recv() {
             self.forward(delta, &mut streamed).await?;
         }
@@ -902,7 +912,13 @@ impl<'a> Turn<'a> {
         call: &ToolCallRequest,
         resume: Option<(&ToolContinuation, &ResumeInput)>,
     ) -> Result<Option<ToolOutcome>, SinkError> {
-        let outcome = self.dispatch_one(ctx, call, resume).await?;
+        let span = spans::tool_call(call, &self.spec.turn_id, resume.is_some());
+        let outcome = self
+            .dispatch_one(ctx, call, resume)
+            .instrument(span.clone())
+            .await;
+        spans::tool_result(&span, &outcome);
+        let outcome = outcome?;
         if outcome
             .as_ref()
             .is_some_and(|o| o.status != ToolOutcomeStatus::Suspended)

@@ -18,6 +18,7 @@ use berth_runtime::tools::ResumeInput;
 use berth_storage::{Batch, OpenTurn, TurnCheckpoint};
 use futures::FutureExt;
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
+use tracing::Instrument;
 
 use super::super::receipt::stamp;
 use super::super::sink::JournalSink;
@@ -241,6 +242,12 @@ pub(crate) fn spawn(
     };
     let actor = myself.clone();
     let finished_id = turn_id.clone();
+    let span = crate::telemetry::turn_span(
+        &state.record.session_id,
+        &turn_id,
+        matches!(run, Run::Resume { .. }),
+    );
+    let turn_span = span.clone();
     let task = tokio::spawn(async move {
         let running = async {
             match run {
@@ -250,8 +257,13 @@ pub(crate) fn spawn(
                 }
             }
         };
-        // A panic inside the turn (a tool, a provider) must still seal the turn.
-        let exit = match AssertUnwindSafe(running).catch_unwind().await {
+        // A panic inside the turn (a tool, a provider) must still seal the
+        // turn. The span leaves the task with the turn: the actor holds the
+        // last handle and closes it before it commits the seal or the park.
+        let exit = match AssertUnwindSafe(running.instrument(turn_span))
+            .catch_unwind()
+            .await
+        {
             Ok(exit) => exit,
             Err(panic) => TurnExit::Ended(panicked_turn(&spec, panic.as_ref())),
         };
@@ -269,6 +281,7 @@ pub(crate) fn spawn(
         reply,
         started_at: state.env.config.clock.now(),
         task: task.abort_handle(),
+        span,
     });
 }
 
@@ -386,9 +399,14 @@ async fn seal_ended(
         .suspend_request
         .take()
         .or_else(|| suspend::policy_request(&env, &turn.control, now));
+    let mut suspend_span = None;
     let parked = match request {
         Some(request) if state.pending_close.is_empty() => {
-            let suspension = suspend::envelope(&record, &request, None, None, now);
+            let mut suspension = suspend::envelope(&record, &request, None, None, now);
+            suspend_span = Some(crate::telemetry::suspend_span(
+                &mut suspension,
+                Some(&turn.span),
+            ));
             batch = batch.put_suspension(&suspension);
             // Drained after the loop exited (`wait_for_completion`, or the
             // model ended the turn before a seam could park it).
@@ -410,6 +428,9 @@ async fn seal_ended(
     let batch = records
         .iter()
         .fold(batch.put_session(&record), |b, e| b.append(&session_id, e));
+    // The turn's and the suspension's spans end before the commit.
+    drop(suspend_span);
+    drop(std::mem::replace(&mut turn.span, tracing::Span::none()));
     match env.journal.commit(batch).await {
         Ok(ids) => {
             state.record = record;

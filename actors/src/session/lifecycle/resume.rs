@@ -23,6 +23,7 @@ use berth_runtime::tools::ResumeInput;
 use berth_storage::{Batch, OpenTurn, StorageError};
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{json, Value};
+use tracing::Instrument;
 
 use super::super::receipt::{receipt, rejected};
 use super::super::seal::seal_parked;
@@ -54,11 +55,24 @@ async fn claim(
     state: &mut SessionState,
     params: ResumeParams,
 ) -> Result<ResumeOutcome, ControlError> {
-    let session_id = state.record.session_id.clone();
     let suspension = match current(state, &params) {
         Ok(suspension) => suspension,
         Err(e) => return Err(refuse(state, &params, e).await),
     };
+    // A new root that links back to the suspension (see `crate::telemetry`);
+    // the turn the resume starts is its child.
+    let span = crate::telemetry::resume_span(&suspension, &params);
+    wake(myself, state, params, suspension).instrument(span).await
+}
+
+/// Takes the claim on `suspension` and starts what it resumes.
+async fn wake(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    params: ResumeParams,
+    suspension: Suspension,
+) -> Result<ResumeOutcome, ControlError> {
+    let session_id = state.record.session_id.clone();
     // An operator's refill: `{"budget": {max_tokens, max_cost_usd,
     // max_tool_calls, max_wall_ms}}` in the input raises the allowance.
     let grant = match params.input.as_ref().and_then(|i| i.get("budget")) {

@@ -84,9 +84,12 @@ pub(crate) async fn suspend(
     let Some(turn) = &state.turn else {
         // Idle: park at once.
         let request = request(state, &params, now);
-        let suspension = envelope(&state.record, &request, None, None, now);
+        let mut suspension = envelope(&state.record, &request, None, None, now);
+        let span = crate::telemetry::suspend_span(&mut suspension, None);
         let events = parked_events(&state.env, &suspension, METHOD, None);
         let batch = Batch::new().put_suspension(&suspension);
+        // The suspend span ends before the suspension is persisted.
+        drop(span);
         match state.record_with(batch, events).await {
             Ok(()) => {
                 parked(state, suspension.clone());
@@ -348,7 +351,8 @@ pub(crate) async fn park_turn(
             (request, summary, AGENT_METHOD, None)
         }
     };
-    let suspension = envelope(&record, &request, Some(frame), summary, now);
+    let mut suspension = envelope(&record, &request, Some(frame), summary, now);
+    let span = crate::telemetry::suspend_span(&mut suspension, Some(&turn.span));
     let mut events = drop_pending(
         &turn.control,
         "the session suspended before this message was delivered",
@@ -356,6 +360,10 @@ pub(crate) async fn park_turn(
     events.extend(parked_events(&state.env, &suspension, method, drained));
     let records = stamp(&state.env, &session_id, Some(&turn.turn_id), now, events);
     let batch = park_batch(&record, &suspension, &records);
+    // Neither the suspend span nor the turn's stays open across the pause:
+    // both end before the snapshot is persisted.
+    drop(span);
+    drop(std::mem::replace(&mut turn.span, tracing::Span::none()));
     match state.env.journal.commit(batch).await {
         Ok(ids) => {
             state.record = record;

@@ -1,0 +1,658 @@
+//! OpenTelemetry export, end to end: the real `berth serve` binary with its
+//! OTLP exporter pointed at a real OTLP/HTTP receiver on loopback (axum,
+//! decoding the official `opentelemetry-proto` messages, protobuf and JSON),
+//! started by the test on an ephemeral port.
+//!
+//! Checked (`seeds/acp-session-suspend-rfc.md`, "OTel span pairing"; issue 6):
+//! a `traceparent` in `_meta` parents the turn; model and tool spans carry the
+//! GenAI semantic-convention attributes; the `suspend` span ends before the
+//! `resume` span starts (and the parked turn's span ends too); the `resume`
+//! span is a root whose links point at the suspension span and the turn span
+//! (the ids the signed receipts carry); the resume input appears in no span;
+//! and after a SIGKILL and a restart a resume still links back to the spans
+//! of the process that died.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
+use prost::Message;
+use serde_json::{json, Value};
+
+const SCRIPT: &str = r#"
+fallback = "noted: {input}"
+
+[[rules]]
+match = "traced work"
+steps = [
+  { text = "Working on it." },
+  { tool_call = { name = "shell", arguments = { command = "while [ ! -e release ]; do sleep 0.02; done; echo A >> log", timeout_ms = 20000 } } },
+  { usage = { input_tokens = 120, output_tokens = 40 } },
+  { text = "Done." },
+]
+
+[[rules]]
+match = "park until resumed"
+steps = [
+  { text = "Parking until someone resumes me." },
+  { tool_call = { name = "await_resumption", arguments = { reason = "waiting for the operator", summary = "parked" } } },
+  { text = "I was woken." },
+]
+"#;
+
+/// Only in the resume input: it must never reach a span.
+const SENTINEL: &str = "resume-input-sentinel-5c1e";
+const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const PARENT: &str = "b7ad6b7169203331";
+
+/// One exported span, flattened.
+#[derive(Debug, Clone)]
+struct Span {
+    name: String,
+    trace: String,
+    id: String,
+    parent: String,
+    kind: i32,
+    start: u64,
+    end: u64,
+    attrs: BTreeMap<String, Value>,
+    links: Vec<Link>,
+}
+
+#[derive(Debug, Clone)]
+struct Link {
+    trace: String,
+    id: String,
+    attrs: BTreeMap<String, Value>,
+}
+
+impl Span {
+    fn attr(&self, key: &str) -> &Value {
+        self.attrs.get(key).unwrap_or(&Value::Null)
+    }
+}
+
+fn attrs(kvs: &[KeyValue]) -> BTreeMap<String, Value> {
+    kvs.iter()
+        .map(|kv| {
+            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(any_value::Value::StringValue(s)) => json!(s),
+                Some(any_value::Value::BoolValue(b)) => json!(b),
+                Some(any_value::Value::IntValue(i)) => json!(i),
+                Some(any_value::Value::DoubleValue(d)) => json!(d),
+                other => json!(format!("{other:?}")),
+            };
+            (kv.key.clone(), value)
+        })
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What the receiver got: flattened spans, every request as Debug text (to
+/// search for what must not be there), decode failures.
+#[derive(Default)]
+struct Received {
+    spans: Vec<Span>,
+    raw: Vec<String>,
+    errors: Vec<String>,
+    content_types: Vec<String>,
+}
+
+type Store = Arc<Mutex<Received>>;
+
+async fn traces(State(store): State<Store>, headers: HeaderMap, body: Bytes) -> impl IntoResponse {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let json = content_type.starts_with("application/json");
+    let decoded = if json {
+        serde_json::from_slice::<ExportTraceServiceRequest>(&body).map_err(|e| e.to_string())
+    } else {
+        ExportTraceServiceRequest::decode(body.clone()).map_err(|e| e.to_string())
+    };
+    let mut store = store.lock().unwrap();
+    store.content_types.push(content_type.clone());
+    let request = match decoded {
+        Ok(request) => request,
+        Err(e) => {
+            store.errors.push(e.clone());
+            return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, content_type)], e.into_bytes());
+        }
+    };
+    store.raw.push(format!("{request:?}"));
+    for resource in &request.resource_spans {
+        for scope in &resource.scope_spans {
+            for span in &scope.spans {
+                store.spans.push(Span {
+                    name: span.name.clone(),
+                    trace: hex(&span.trace_id),
+                    id: hex(&span.span_id),
+                    parent: hex(&span.parent_span_id),
+                    kind: span.kind,
+                    start: span.start_time_unix_nano,
+                    end: span.end_time_unix_nano,
+                    attrs: attrs(&span.attributes),
+                    links: span
+                        .links
+                        .iter()
+                        .map(|l| Link {
+                            trace: hex(&l.trace_id),
+                            id: hex(&l.span_id),
+                            attrs: attrs(&l.attributes),
+                        })
+                        .collect(),
+                });
+            }
+        }
+    }
+    let body = if json {
+        b"{}".to_vec()
+    } else {
+        ExportTraceServiceResponse::default().encode_to_vec()
+    };
+    (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body)
+}
+
+/// An OTLP/HTTP trace receiver on 127.0.0.1:0, in its own thread and
+/// runtime; stopped on drop.
+struct Receiver {
+    addr: SocketAddr,
+    store: Store,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Receiver {
+    fn start() -> Self {
+        let store: Store = Arc::default();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (addr_tx, addr_rx) = mpsc::channel();
+        let app = axum::Router::new()
+            .route("/v1/traces", axum::routing::post(traces))
+            .with_state(Arc::clone(&store));
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                addr_tx.send(listener.local_addr().unwrap()).unwrap();
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stopped.await;
+                    })
+                    .await
+                    .unwrap();
+            });
+        });
+        Self {
+            addr: addr_rx.recv().unwrap(),
+            store,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    fn spans(&self) -> Vec<Span> {
+        self.store.lock().unwrap().spans.clone()
+    }
+
+    /// Waits (up to 30 s) until some exported span satisfies `pred`.
+    fn wait_for(&self, what: &str, pred: impl Fn(&Span) -> bool) -> Span {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(span) = self.spans().into_iter().find(&pred) {
+                return span;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} span exported within 30 s; got {:#?}",
+                self.spans()
+                    .iter()
+                    .map(|s| &s.name)
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    frames: mpsc::Receiver<Value>,
+    answered: std::cell::RefCell<std::collections::HashMap<u64, Value>>,
+}
+
+impl Server {
+    /// `berth serve` exporting to `otel` (variable, value) pairs, with a
+    /// short batch delay so spans leave within milliseconds.
+    fn start(data: &Path, script: &Path, otel: &[(&str, String)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+        command
+            .args(["serve", "--data-dir"])
+            .arg(data)
+            .arg("--model")
+            .arg(format!("scripted:{}", script.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (name, _) in std::env::vars() {
+            if name.starts_with("OTEL_") {
+                command.env_remove(name);
+            }
+        }
+        command
+            .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+            .env("OTEL_SERVICE_NAME", "berth-under-test");
+        for (name, value) in otel {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("spawn berth");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, frames) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let v: Value = serde_json::from_str(&line).expect("stdout carries JSON frames");
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut server = Self {
+            child,
+            stdin,
+            frames,
+            answered: Default::default(),
+        };
+        server.send(1, "initialize", json!({"protocolVersion": 1}));
+        server.until(1);
+        server
+    }
+
+    fn send(&mut self, id: u64, method: &str, params: Value) {
+        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{frame}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn next(&self) -> Value {
+        self.frames
+            .recv_timeout(Duration::from_secs(20))
+            .expect("no frame from berth within 20 s")
+    }
+
+    fn until(&self, id: u64) -> (Vec<Value>, Value) {
+        let mut notes = Vec::new();
+        if let Some(answer) = self.answered.borrow_mut().remove(&id) {
+            return (notes, answer);
+        }
+        loop {
+            let v = self.next();
+            match v["id"].as_u64() {
+                Some(got) if got == id => return (notes, v),
+                Some(other) => {
+                    self.answered.borrow_mut().insert(other, v);
+                }
+                None => notes.push(v),
+            }
+        }
+    }
+
+    fn until_note(&self, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let v = self.next();
+            if let Some(other) = v["id"].as_u64() {
+                self.answered.borrow_mut().insert(other, v);
+                continue;
+            }
+            let done = pred(&v);
+            seen.push(v);
+            if done {
+                return seen;
+            }
+        }
+    }
+
+    fn new_session(&mut self, id: u64, cwd: &Path) -> String {
+        self.send(id, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+        self.until(id).1["result"]["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Closes stdin (berth stops and flushes its spans) and waits.
+    fn stop(mut self) {
+        self.stdin.take();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "berth exited with {status}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SIGKILL, unless already stopped.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent_event<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    frames
+        .iter()
+        .filter(|f| f["method"] == "_berth/agentEvent" && f["params"]["type"] == kind)
+        .map(|f| &f["params"]["event"])
+        .collect()
+}
+
+fn workspace() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cwd, script) = (
+        dir.path().join("data"),
+        dir.path().join("work"),
+        dir.path().join("s.toml"),
+    );
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::write(&script, SCRIPT).unwrap();
+    (dir, data, cwd, script)
+}
+
+fn link_kinds(span: &Span) -> Vec<(&str, &str, &str)> {
+    span.links
+        .iter()
+        .map(|l| {
+            (
+                l.attrs
+                    .get("berth.link.kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
+                l.trace.as_str(),
+                l.id.as_str(),
+            )
+        })
+        .collect()
+}
+
+const SPAN_KIND_SERVER: i32 = 2;
+const SPAN_KIND_CLIENT: i32 = 3;
+
+#[test]
+fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
+    let receiver = Receiver::start();
+    let (_dir, data, cwd, script) = workspace();
+    let endpoint = format!("http://{}", receiver.addr);
+    let mut server = Server::start(
+        &data,
+        &script,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)],
+    );
+    let sid = server.new_session(2, &cwd);
+    server.send(
+        3,
+        "session/prompt",
+        json!({
+            "sessionId": sid,
+            "prompt": [{"type": "text", "text": "traced work"}],
+            "_meta": {"traceparent": format!("00-{TRACE}-{PARENT}-01"), "tracestate": "vendor=x"},
+        }),
+    );
+    let mut frames = server.until_note(|n| n["params"]["update"]["sessionUpdate"] == "tool_call");
+    let tool_call_id = frames.last().unwrap()["params"]["update"]["toolCallId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.send(
+        4,
+        "session/suspend",
+        json!({"sessionId": sid, "mode": "finish_step", "reason": "operator break"}),
+    );
+    frames.extend(server.until_note(|n| n["params"]["type"] == "suspend_requested"));
+    std::fs::write(cwd.join("release"), "").unwrap();
+    let (notes, prompt) = server.until(3);
+    frames.extend(notes);
+    assert_eq!(
+        prompt["result"]["_meta"]["berth"]["terminal"]["kind"], "suspended",
+        "{prompt}"
+    );
+    let (notes, suspended) = server.until(4);
+    frames.extend(notes);
+    let handle = suspended["result"]["handle"].as_str().unwrap().to_owned();
+    server.send(
+        5,
+        "session/resume",
+        json!({"sessionId": sid, "handle": handle, "input": {"secret": SENTINEL}}),
+    );
+    let (notes, resumed) = server.until(5);
+    frames.extend(notes);
+    assert!(resumed.get("result").is_some(), "{resumed}");
+    frames.extend(server.until_note(|n| n["params"]["type"] == "turn_ended"));
+    // Stopping flushes what the batch processor still holds.
+    server.stop();
+
+    let spans = receiver.spans();
+    {
+        let received = receiver.store.lock().unwrap();
+        assert!(received.errors.is_empty(), "{:?}", received.errors);
+        assert!(received
+            .content_types
+            .iter()
+            .all(|c| c == "application/x-protobuf"));
+        // Never the input itself: not in any attribute, event, link or name.
+        for raw in &received.raw {
+            assert!(!raw.contains(SENTINEL), "the resume input leaked: {raw}");
+            assert!(raw.contains("berth-under-test"), "OTEL_SERVICE_NAME names the service");
+        }
+    }
+    let find = |what: &str, pred: &dyn Fn(&Span) -> bool| -> Span {
+        spans
+            .iter()
+            .find(|s| pred(s))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {what} span among {spans:#?}"))
+    };
+
+    // The suspension: its span ends before the resume span starts.
+    let suspend = find("suspend", &|s| s.name == "suspend");
+    assert_eq!(suspend.attr("berth.suspension.handle"), &json!(handle));
+    assert_eq!(suspend.attr("berth.suspension.initiator"), "client");
+    assert_eq!(suspend.attr("berth.suspension.reason"), "operator break");
+    assert_eq!(suspend.attr("berth.suspension.has_conditions"), false);
+    assert_eq!(suspend.attr("berth.session.id"), &json!(sid));
+    let resume = find("resume", &|s| s.name == "resume");
+    assert!(suspend.end <= resume.start, "{suspend:#?} {resume:#?}");
+
+    // The turn the prompt started: a child of the request, which is a child of
+    // the `traceparent` in `_meta`; it ended when it parked.
+    let first_turn = find("first turn", &|s| s.name == "turn" && s.trace == TRACE);
+    let request = find("prompt request", &|s| s.id == first_turn.parent);
+    assert_eq!(request.name, "session/prompt");
+    assert_eq!(request.kind, SPAN_KIND_SERVER);
+    assert_eq!(request.parent, PARENT, "the traceparent parents the work");
+    assert_eq!(request.attr("rpc.system"), "jsonrpc");
+    assert_eq!(first_turn.attr("gen_ai.conversation.id"), &json!(sid));
+    assert!(first_turn.end <= resume.start, "no span stays open across the pause");
+    assert_eq!(suspend.parent, first_turn.id, "suspend is a child of the turn");
+    assert_eq!(suspend.trace, TRACE);
+
+    // The resume span: a new root, linking (not parented) to both.
+    assert_eq!(resume.parent, "", "the resume span is a root");
+    assert_ne!(resume.trace, TRACE, "a new trace");
+    let links = link_kinds(&resume);
+    assert!(
+        links.contains(&("suspension", suspend.trace.as_str(), suspend.id.as_str())),
+        "{links:?}"
+    );
+    assert!(
+        links.contains(&("turn", first_turn.trace.as_str(), first_turn.id.as_str())),
+        "{links:?}"
+    );
+    let resume_request = find("resume request", &|s| s.name == "session/resume");
+    assert!(
+        links.contains(&("caller", resume_request.trace.as_str(), resume_request.id.as_str())),
+        "{links:?}"
+    );
+    assert_eq!(resume.attr("berth.suspension.handle"), &json!(handle));
+    assert_eq!(resume.attr("berth.suspension.initiator"), "client");
+    assert_eq!(resume.attr("berth.suspension.reason"), "operator break");
+    assert_eq!(resume.attr("berth.suspension.has_conditions"), false);
+    assert_eq!(resume.attr("berth.resume.continue_transcript"), true);
+    assert_eq!(resume.attr("berth.resume.had_resume_input"), true);
+    assert_eq!(resume.attr("berth.resume.cause"), "explicit_resume");
+    // The continued turn runs under the resume span.
+    let second_turn = find("resumed turn", &|s| s.name == "turn" && s.parent == resume.id);
+    assert_eq!(second_turn.attr("berth.turn.resumed"), true);
+    assert_eq!(second_turn.attr("berth.turn.id"), first_turn.attr("berth.turn.id"));
+
+    // The receipts carry the suspension span's id.
+    let suspension_receipt = agent_event(&frames, "suspension_receipt");
+    assert_eq!(suspension_receipt[0]["span_id"], json!(suspend.id));
+    let resumption_receipt = agent_event(&frames, "resumption_receipt");
+    assert_eq!(
+        resumption_receipt[0]["suspension_span_id"],
+        json!(suspend.id)
+    );
+
+    // GenAI semantic conventions: the model call and the tool call.
+    let chat = find("chat", &|s| {
+        s.attr("gen_ai.operation.name") == "chat" && s.parent == first_turn.id
+    });
+    assert_eq!(chat.name, format!("chat {}", script.display()));
+    assert_eq!(chat.kind, SPAN_KIND_CLIENT);
+    assert_eq!(chat.attr("gen_ai.provider.name"), "scripted");
+    assert_eq!(
+        chat.attr("gen_ai.request.model"),
+        &json!(script.display().to_string())
+    );
+    assert_eq!(chat.attr("gen_ai.usage.input_tokens"), 120);
+    assert_eq!(chat.attr("gen_ai.usage.output_tokens"), 40);
+    assert_eq!(chat.attr("gen_ai.conversation.id"), &json!(sid));
+    let tool = find("execute_tool", &|s| {
+        s.attr("gen_ai.operation.name") == "execute_tool"
+    });
+    assert_eq!(tool.name, "execute_tool shell");
+    assert_eq!(tool.parent, first_turn.id);
+    assert_eq!(tool.attr("gen_ai.tool.name"), "shell");
+    assert_eq!(tool.attr("gen_ai.tool.call.id"), &json!(tool_call_id));
+    assert_eq!(tool.attr("berth.tool_call.outcome"), "completed");
+    assert!(tool.end <= suspend.start, "the tool settled before the park");
+    assert!(
+        spans.iter().any(|s| s.attr("gen_ai.operation.name") == "chat"
+            && s.parent == second_turn.id),
+        "the resumed turn calls the model under its own span"
+    );
+}
+
+#[test]
+fn a_resume_after_a_sigkill_restart_still_links_back() {
+    let receiver = Receiver::start();
+    let (_dir, data, cwd, script) = workspace();
+    let endpoint = format!("http://{}/v1/traces", receiver.addr);
+    // The first process exports OTLP/JSON, the second protobuf.
+    let mut server = Server::start(
+        &data,
+        &script,
+        &[
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.clone()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json".into()),
+        ],
+    );
+    let sid = server.new_session(2, &cwd);
+    server.send(
+        3,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "park until resumed"}]}),
+    );
+    let (frames, prompt) = server.until(3);
+    assert_eq!(
+        prompt["result"]["_meta"]["berth"]["terminal"]["kind"], "suspended",
+        "{prompt}"
+    );
+    let receipt = agent_event(&frames, "suspension_receipt")[0].clone();
+    let span_id = receipt["span_id"].as_str().expect("a span id").to_owned();
+    // The suspend span reaches the receiver (batch delay 20 ms), then berth
+    // dies without a chance to flush anything else.
+    let suspend = receiver.wait_for("suspend", |s| s.name == "suspend");
+    assert_eq!(suspend.id, span_id);
+    assert_eq!(suspend.attr("berth.suspension.initiator"), "agent");
+    assert_eq!(suspend.attr("berth.suspension.reason"), "waiting for the operator");
+    let turn = receiver.wait_for("turn", |s| s.name == "turn");
+    assert_eq!(suspend.parent, turn.id);
+    assert!(receiver
+        .store
+        .lock()
+        .unwrap()
+        .content_types
+        .iter()
+        .all(|c| c == "application/json"));
+    drop(server);
+
+    let mut server = Server::start(
+        &data,
+        &script,
+        &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)],
+    );
+    server.send(
+        2,
+        "session/resume",
+        json!({"sessionId": sid, "input": {"secret": SENTINEL}}),
+    );
+    let (mut frames, resumed) = server.until(2);
+    assert!(resumed.get("result").is_some(), "{resumed}");
+    frames.extend(server.until_note(|n| n["params"]["type"] == "turn_ended"));
+    let resumption = agent_event(&frames, "resumption_receipt")[0].clone();
+    assert_eq!(resumption["suspension_span_id"], json!(span_id));
+    server.stop();
+
+    let resume = receiver.wait_for("resume", |s| s.name == "resume");
+    assert_eq!(resume.parent, "");
+    let links = link_kinds(&resume);
+    assert!(
+        links.contains(&("suspension", suspend.trace.as_str(), suspend.id.as_str())),
+        "{links:?}"
+    );
+    assert!(
+        links.contains(&("turn", turn.trace.as_str(), turn.id.as_str())),
+        "{links:?}"
+    );
+    assert_eq!(resume.attr("berth.suspension.initiator"), "agent");
+    assert_eq!(resume.attr("berth.resume.had_resume_input"), true);
+    assert!(suspend.end <= resume.start);
+    let received = receiver.store.lock().unwrap();
+    assert!(received.errors.is_empty(), "{:?}", received.errors);
+    for raw in &received.raw {
+        assert!(!raw.contains(SENTINEL), "the resume input leaked: {raw}");
+    }
+}
