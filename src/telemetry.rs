@@ -114,12 +114,14 @@ impl OtlpSettings {
         };
         let timeout_ms = match var("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
             .map(|v| ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", v))
-            .or_else(|| var("OTEL_EXPORTER_OTLP_TIMEOUT").map(|v| ("OTEL_EXPORTER_OTLP_TIMEOUT", v)))
-        {
+            .or_else(|| {
+                var("OTEL_EXPORTER_OTLP_TIMEOUT").map(|v| ("OTEL_EXPORTER_OTLP_TIMEOUT", v))
+            }) {
             None => DEFAULT_TIMEOUT_MS,
-            Some((name, v)) => v.trim().parse::<u64>().with_context(|| {
-                format!("{name}={v}: must be a whole number of milliseconds")
-            })?,
+            Some((name, v)) => v
+                .trim()
+                .parse::<u64>()
+                .with_context(|| format!("{name}={v}: must be a whole number of milliseconds"))?,
         };
         Ok(Some(Self {
             protocol,
@@ -302,8 +304,8 @@ mod tests {
         let err = settings(&[endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).unwrap_err();
         assert!(err.to_string().contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc"));
         assert!(err.to_string().contains("4318"));
-        let err = settings(&[endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon")])
-            .unwrap_err();
+        let err =
+            settings(&[endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon")]).unwrap_err();
         assert!(err.to_string().contains("http/protobuf"));
         let err = settings(&[endpoint, ("OTEL_TRACES_EXPORTER", "zipkin")]).unwrap_err();
         assert!(err.to_string().contains("OTEL_TRACES_EXPORTER=zipkin"));

@@ -133,7 +133,11 @@ async fn traces(State(store): State<Store>, headers: HeaderMap, body: Bytes) -> 
         Ok(request) => request,
         Err(e) => {
             store.errors.push(e.clone());
-            return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, content_type)], e.into_bytes());
+            return (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, content_type)],
+                e.into_bytes(),
+            );
         }
     };
     store.raw.push(format!("{request:?}"));
@@ -225,10 +229,7 @@ impl Receiver {
             assert!(
                 Instant::now() < deadline,
                 "no {what} span exported within 30 s; got {:#?}",
-                self.spans()
-                    .iter()
-                    .map(|s| &s.name)
-                    .collect::<Vec<_>>()
+                self.spans().iter().map(|s| &s.name).collect::<Vec<_>>()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -414,11 +415,7 @@ fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
     let receiver = Receiver::start();
     let (_dir, data, cwd, script) = workspace();
     let endpoint = format!("http://{}", receiver.addr);
-    let mut server = Server::start(
-        &data,
-        &script,
-        &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)],
-    );
+    let mut server = Server::start(&data, &script, &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)]);
     let sid = server.new_session(2, &cwd);
     server.send(
         3,
@@ -473,7 +470,10 @@ fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
         // Never the input itself: not in any attribute, event, link or name.
         for raw in &received.raw {
             assert!(!raw.contains(SENTINEL), "the resume input leaked: {raw}");
-            assert!(raw.contains("berth-under-test"), "OTEL_SERVICE_NAME names the service");
+            assert!(
+                raw.contains("berth-under-test"),
+                "OTEL_SERVICE_NAME names the service"
+            );
         }
     }
     let find = |what: &str, pred: &dyn Fn(&Span) -> bool| -> Span {
@@ -503,8 +503,14 @@ fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
     assert_eq!(request.parent, PARENT, "the traceparent parents the work");
     assert_eq!(request.attr("rpc.system"), "jsonrpc");
     assert_eq!(first_turn.attr("gen_ai.conversation.id"), &json!(sid));
-    assert!(first_turn.end <= resume.start, "no span stays open across the pause");
-    assert_eq!(suspend.parent, first_turn.id, "suspend is a child of the turn");
+    assert!(
+        first_turn.end <= resume.start,
+        "no span stays open across the pause"
+    );
+    assert_eq!(
+        suspend.parent, first_turn.id,
+        "suspend is a child of the turn"
+    );
     assert_eq!(suspend.trace, TRACE);
 
     // The resume span: a new root, linking (not parented) to both.
@@ -521,7 +527,11 @@ fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
     );
     let resume_request = find("resume request", &|s| s.name == "session/resume");
     assert!(
-        links.contains(&("caller", resume_request.trace.as_str(), resume_request.id.as_str())),
+        links.contains(&(
+            "caller",
+            resume_request.trace.as_str(),
+            resume_request.id.as_str()
+        )),
         "{links:?}"
     );
     assert_eq!(resume.attr("berth.suspension.handle"), &json!(handle));
@@ -532,9 +542,14 @@ fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
     assert_eq!(resume.attr("berth.resume.had_resume_input"), true);
     assert_eq!(resume.attr("berth.resume.cause"), "explicit_resume");
     // The continued turn runs under the resume span.
-    let second_turn = find("resumed turn", &|s| s.name == "turn" && s.parent == resume.id);
+    let second_turn = find("resumed turn", &|s| {
+        s.name == "turn" && s.parent == resume.id
+    });
     assert_eq!(second_turn.attr("berth.turn.resumed"), true);
-    assert_eq!(second_turn.attr("berth.turn.id"), first_turn.attr("berth.turn.id"));
+    assert_eq!(
+        second_turn.attr("berth.turn.id"),
+        first_turn.attr("berth.turn.id")
+    );
 
     // The receipts carry the suspension span's id.
     let suspension_receipt = agent_event(&frames, "suspension_receipt");
@@ -567,10 +582,14 @@ fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
     assert_eq!(tool.attr("gen_ai.tool.name"), "shell");
     assert_eq!(tool.attr("gen_ai.tool.call.id"), &json!(tool_call_id));
     assert_eq!(tool.attr("berth.tool_call.outcome"), "completed");
-    assert!(tool.end <= suspend.start, "the tool settled before the park");
     assert!(
-        spans.iter().any(|s| s.attr("gen_ai.operation.name") == "chat"
-            && s.parent == second_turn.id),
+        tool.end <= suspend.start,
+        "the tool settled before the park"
+    );
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.attr("gen_ai.operation.name") == "chat" && s.parent == second_turn.id),
         "the resumed turn calls the model under its own span"
     );
 }
@@ -607,7 +626,10 @@ fn a_resume_after_a_sigkill_restart_still_links_back() {
     let suspend = receiver.wait_for("suspend", |s| s.name == "suspend");
     assert_eq!(suspend.id, span_id);
     assert_eq!(suspend.attr("berth.suspension.initiator"), "agent");
-    assert_eq!(suspend.attr("berth.suspension.reason"), "waiting for the operator");
+    assert_eq!(
+        suspend.attr("berth.suspension.reason"),
+        "waiting for the operator"
+    );
     let turn = receiver.wait_for("turn", |s| s.name == "turn");
     assert_eq!(suspend.parent, turn.id);
     assert!(receiver

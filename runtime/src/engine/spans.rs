@@ -56,8 +56,14 @@ pub(crate) fn model_result(span: &Span, result: &Result<ModelResponse, ModelErro
         Ok(response) => {
             // Integers are recorded as i64: OpenTelemetry has no unsigned
             // attribute type (a `u64` field would arrive as a string).
-            span.record("gen_ai.usage.input_tokens", int(response.usage.input_tokens));
-            span.record("gen_ai.usage.output_tokens", int(response.usage.output_tokens));
+            span.record(
+                "gen_ai.usage.input_tokens",
+                int(response.usage.input_tokens),
+            );
+            span.record(
+                "gen_ai.usage.output_tokens",
+                int(response.usage.output_tokens),
+            );
             span.record(
                 "berth.model_call.stop",
                 match response.stop {

@@ -542,7 +542,11 @@ impl<'a> Turn<'a> {
             &self.spec.turn_id,
             iteration,
         );
-        let call = self.deps.model.complete(&request, tx).instrument(span.clone());
+        let call = self
+            .deps
+            .model
+            .complete(&request, tx)
+            .instrument(span.clone());
         tokio::pin!(call);
         let mut streamed = String::new();
         let result = loop {

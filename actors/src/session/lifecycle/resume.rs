@@ -62,7 +62,9 @@ async fn claim(
     // A new root that links back to the suspension (see `crate::telemetry`);
     // the turn the resume starts is its child.
     let span = crate::telemetry::resume_span(&suspension, &params);
-    wake(myself, state, params, suspension).instrument(span).await
+    wake(myself, state, params, suspension)
+        .instrument(span)
+        .await
 }
 
 /// Takes the claim on `suspension` and starts what it resumes.
