@@ -310,6 +310,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     node_config.max_model_calls = settings.max_model_calls;
     node_config.quick_repair = settings.quick_repair;
     node_config.journal_cache_bytes = settings.journal_cache_bytes;
+    if let Some(ms) = settings.passivate_after_ms {
+        node_config.passivate_after_ms = ms;
+    }
     node_config.needs_approval = settings.require_approval;
     node_config.budgets = settings.budgets;
     node_config.prices = settings.prices;
