@@ -358,9 +358,8 @@ impl SessionProjection {
                             view.replies.push(message);
                         }
                     }
-                    let artifact = file_artifact(view, &tool_call_id.0).or_else(|| {
-                        published_artifact(view, &tool_call_id.0, raw_output.as_ref())
-                    });
+                    let artifact = file_artifact(view, &tool_call_id.0)
+                        .or_else(|| published_artifact(view, &tool_call_id.0, raw_output.as_ref()));
                     if let Some(artifact) = artifact {
                         view.artifacts.push(artifact.clone());
                         out.push((
@@ -709,6 +708,141 @@ mod tests {
         assert_eq!(
             task.metadata.unwrap()["berth"]["terminal"]["kind"],
             "refusal"
+        );
+    }
+
+    fn call(id: &str, name: &str, raw_input: Value) -> EventRecord {
+        rec(SessionEvent::ToolCall {
+            tool_call_id: ToolCallId(id.into()),
+            name: name.into(),
+            title: name.into(),
+            kind: berth_runtime::event::ToolKind::Other,
+            raw_input,
+        })
+    }
+
+    fn done(id: &str, status: ToolCallStatus, raw_output: Value) -> EventRecord {
+        rec(SessionEvent::ToolCallUpdate {
+            tool_call_id: ToolCallId(id.into()),
+            status,
+            raw_output: Some(raw_output),
+            content: None,
+        })
+    }
+
+    fn ended(turn: &TurnId) -> EventRecord {
+        rec(SessionEvent::TurnEnded {
+            turn_id: turn.clone(),
+            stop_reason: None,
+            terminal: Terminal::new(TerminalKind::Completed, "done"),
+            usage: Default::default(),
+        })
+    }
+
+    #[test]
+    fn published_artifacts_and_direct_replies() {
+        let turn = TurnId("turn_1".into());
+        let mut p = SessionProjection::new(SessionId("s".into()));
+        let data = json!({"key": "value", "count": 42});
+        let events = [
+            rec(SessionEvent::TurnStarted {
+                turn_id: turn.clone(),
+                prompt: Prompt::text("go"),
+            }),
+            call("c1", "publish_artifact", json!({"name": "d", "data": data})),
+            done(
+                "c1",
+                ToolCallStatus::Completed,
+                json!({"artifact": {"name": "d", "part": {"data": data}}}),
+            ),
+            // A refused call publishes nothing.
+            call("c2", "publish_artifact", json!({"text": "a", "data": 1})),
+            done(
+                "c2",
+                ToolCallStatus::Failed,
+                json!({"error": "invalid_arguments", "message": "…"}),
+            ),
+            call(
+                "c3",
+                "publish_artifact",
+                json!({"url": "https://e.com/o.txt"}),
+            ),
+            done(
+                "c3",
+                ToolCallStatus::Completed,
+                json!({"artifact": {"part": {"url": "https://e.com/o.txt", "filename": "o.txt", "mediaType": "text/plain"}}}),
+            ),
+            call("c4", "direct_reply", json!({"text": "hi"})),
+            done(
+                "c4",
+                ToolCallStatus::Completed,
+                json!({"reply": {"text": "hi"}}),
+            ),
+            ended(&turn),
+        ];
+        let mut artifacts = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            for (_, change) in p.apply(i as u64 + 1, e) {
+                if let Change::Artifact {
+                    artifact,
+                    append,
+                    last_chunk,
+                } = change
+                {
+                    assert!(!append && last_chunk);
+                    artifacts.push(artifact);
+                }
+            }
+        }
+        let view = p.task(&turn).unwrap();
+        assert_eq!(view.artifacts, artifacts);
+        assert_eq!(artifacts.len(), 2);
+        assert_eq!(artifacts[0].artifact_id, "turn_1-artifact-c1");
+        assert_eq!(artifacts[0].name.as_deref(), Some("d"));
+        assert_eq!(artifacts[0].parts, vec![Part::data(data)]);
+        let url = &artifacts[1].parts[0];
+        assert_eq!(url.url.as_deref(), Some("https://e.com/o.txt"));
+        assert_eq!(url.filename.as_deref(), Some("o.txt"));
+        assert_eq!(url.media_type.as_deref(), Some("text/plain"));
+        // The reply is the completed task's status message and in history,
+        // but with artifacts beside it the task is no direct Message.
+        let status = view.status().message.unwrap();
+        assert_eq!(status.parts, vec![Part::text("hi")]);
+        assert_eq!(status.message_id, "turn_1-reply-c4");
+        assert_eq!(view.history.last(), Some(&status));
+        assert_eq!(view.direct_reply(), None);
+
+        // A turn whose only output is one reply: a direct Message, with the
+        // context and no task id.
+        let turn2 = TurnId("turn_2".into());
+        for (i, e) in [
+            rec(SessionEvent::TurnStarted {
+                turn_id: turn2.clone(),
+                prompt: Prompt::text("hello"),
+            }),
+            call("d1", "direct_reply", json!({"text": "Direct"})),
+            done(
+                "d1",
+                ToolCallStatus::Completed,
+                json!({"reply": {"text": "Direct"}}),
+            ),
+        ]
+        .iter()
+        .enumerate()
+        {
+            p.apply(20 + i as u64, e);
+        }
+        // Not before the task completed.
+        assert_eq!(p.task(&turn2).unwrap().direct_reply(), None);
+        p.apply(30, &ended(&turn2));
+        let message = p.task(&turn2).unwrap().direct_reply().unwrap();
+        assert_eq!(message.role, Role::Agent);
+        assert_eq!(message.parts, vec![Part::text("Direct")]);
+        assert_eq!(message.context_id.as_deref(), Some("s"));
+        assert_eq!(message.task_id, None);
+        assert_eq!(
+            message.metadata.unwrap()["berth"]["taskId"],
+            json!("turn_2.s")
         );
     }
 }

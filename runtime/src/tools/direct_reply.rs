@@ -127,7 +127,10 @@ mod tests {
             (json!({"text": "  "}), "must not be empty"),
             (json!({"text": "a", "to": "b"}), "unknown field `to`"),
             (json!([1]), "must be an object"),
-            (json!({"text": "x".repeat(MAX_TEXT_BYTES + 1)}), "byte limit"),
+            (
+                json!({"text": "x".repeat(MAX_TEXT_BYTES + 1)}),
+                "byte limit",
+            ),
         ] {
             match DirectReply.call(&ctx, arguments.clone()).await {
                 Err(ToolError::InvalidArguments { message }) => {

@@ -105,10 +105,7 @@ impl PublishedArtifact {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PublishArtifact;
 
-fn opt_string<'a>(
-    object: &'a Map<String, Value>,
-    key: &str,
-) -> Result<Option<&'a str>, ToolError> {
+fn opt_string<'a>(object: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, ToolError> {
     match object.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
@@ -358,11 +355,16 @@ mod tests {
             back.part.content,
             ArtifactContent::Data(json!({"key": "value", "count": 42}))
         );
-        assert!(out.content.contains("\"result\" (data part"), "{}", out.content);
+        assert!(
+            out.content.contains("\"result\" (data part"),
+            "{}",
+            out.content
+        );
 
-        let out = run(json!({"url": "https://example.com/dir/output.txt", "mediaType": "text/plain"}))
-            .await
-            .unwrap();
+        let out =
+            run(json!({"url": "https://example.com/dir/output.txt", "mediaType": "text/plain"}))
+                .await
+                .unwrap();
         let back = PublishedArtifact::from_raw_output(&out.raw).unwrap();
         assert_eq!(back.part.filename.as_deref(), Some("output.txt"));
         assert_eq!(back.part.media_type.as_deref(), Some("text/plain"));
@@ -387,12 +389,18 @@ mod tests {
             (json!({}), "exactly one"),
             (json!({"text": "a", "data": 1}), "got text, data"),
             (json!({"data": null}), "got none"),
-            (json!({"url": "output.txt"}), "`url` must be an absolute URL"),
+            (
+                json!({"url": "output.txt"}),
+                "`url` must be an absolute URL",
+            ),
             (json!({"url": "https://x/ y"}), "whitespace"),
             (json!({"text": 3}), "`text` must be a string"),
             (json!({"text": "a", "filename": "../a"}), "`filename`"),
             (json!({"text": "a", "mediaType": "plain"}), "`mediaType`"),
-            (json!({"text": "a", "colour": "red"}), "unknown field `colour`"),
+            (
+                json!({"text": "a", "colour": "red"}),
+                "unknown field `colour`",
+            ),
             (
                 json!({"text": "a", "name": "n".repeat(MAX_NAME_CHARS + 1)}),
                 "`name` is longer",
@@ -411,9 +419,11 @@ mod tests {
                 other => panic!("{arguments}: {other:?}"),
             }
         }
-        assert!(run(json!({"text": "a", "mediaType": "text/plain; charset=utf-8"}))
-            .await
-            .is_ok());
+        assert!(
+            run(json!({"text": "a", "mediaType": "text/plain; charset=utf-8"}))
+                .await
+                .is_ok()
+        );
     }
 
     #[test]
