@@ -2178,3 +2178,25 @@ fn check_end_turn(result: Result<&Value, &Value>) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_runtime::model::scripted::ScriptedModel;
+
+    #[test]
+    fn the_steps_script_parses_and_makes_one_model_response_per_tool_call() {
+        let script = steps_script(10);
+        ScriptedModel::parse(&script, "toml", "steps").expect("the steps script parses");
+        assert_eq!(script.matches("tool_call = ").count(), 10);
+        assert_eq!(script.matches("tool_calls").count(), 0, "no parallel batch");
+    }
+
+    #[test]
+    fn the_suspend_and_tool_scripts_parse() {
+        ScriptedModel::parse(&suspend_script(), "toml", "suspend").expect("suspend script");
+        for tool in [ToolChoice::ReadFile, ToolChoice::Shell, ToolChoice::None] {
+            ScriptedModel::parse(&tool.script(), "toml", tool.label()).expect("tool script");
+        }
+    }
+}
