@@ -289,13 +289,14 @@ def density_section(results, out, add):
         "down, then it is started again.")
     add("")
     add("| system | parked (+probes) | park time s | RSS total MiB | RSS B/unit | disk B/unit | "
-        "restart → ready ms | restart → probes fired ms | RSS after restart MiB |")
-    add("|---|---|---|---|---|---|---|---|---|")
+        "stop s | restart → ready ms | restart → probes fired ms | RSS after restart MiB |")
+    add("|---|---|---|---|---|---|---|---|---|---|")
     for s in syss:
         d = results["systems"][s]["density"]
         add(f"| {s} | {d['parked']} (+{d['probes']}) | {d['park_s']:.1f} | "
             f"{mib(d['rss_parked_bytes'])} | {d['rss_per_unit_bytes']:.0f} | "
-            f"{d['disk_per_unit_bytes']:.0f} | {d['restart_ready_ms']:.0f} | "
+            f"{d['disk_per_unit_bytes']:.0f} | {d.get('stop_s', 0):.1f} | "
+            f"{d['restart_ready_ms']:.0f} | "
             f"{d['restart_probes_ms']:.0f} | {mib(d['rss_restarted_bytes'])} |")
     add("")
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))

@@ -34,8 +34,15 @@ mkdir -p .peers
 if [ ! -x .peers/venv/bin/python ]; then
   python3 -m venv .peers/venv
 fi
-.peers/venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
-(cd restate && npm ci --no-audit --no-fund --loglevel=error)
+# Reinstall only when the pinned lists changed since the last install.
+if ! cmp -s requirements.txt .peers/venv/.installed-requirements.txt; then
+  .peers/venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+  cp requirements.txt .peers/venv/.installed-requirements.txt
+fi
+if ! cmp -s restate/package-lock.json restate/node_modules/.installed-package-lock.json; then
+  (cd restate && npm ci --no-audit --no-fund --loglevel=error)
+  cp restate/package-lock.json restate/node_modules/.installed-package-lock.json
+fi
 
 echo "== building berth (release)"
 (cd "$REPO" && cargo build --release --locked -p berth -p berth-conformance --bins)

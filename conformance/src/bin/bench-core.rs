@@ -2157,7 +2157,9 @@ async fn steps_run(args: &Args, bin: &Path, sessions: usize) -> anyhow::Result<S
     acp.shutdown().await?;
     let turns = samples.len();
     let cpu_us_per_step = match (cpu_start, cpu_end) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 1e3 / (turns * args.steps_tools) as f64),
+        (Some(a), Some(b)) => {
+            Some(b.saturating_sub(a) as f64 / 1e3 / (turns * args.steps_tools) as f64)
+        }
         _ => None,
     };
     Ok(StepsRow {

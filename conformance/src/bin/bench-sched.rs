@@ -610,9 +610,17 @@ impl AcpPipe {
     }
 
     /// Closes stdin and waits for the child to exit (kills it after 10 s).
-    async fn shutdown(mut self) -> anyhow::Result<()> {
+    async fn shutdown(self) -> anyhow::Result<()> {
+        self.shutdown_within(Duration::from_secs(10)).await?;
+        Ok(())
+    }
+
+    /// Closes stdin and waits up to `limit` for the child to exit, then kills
+    /// it. Returns how long it took to exit and whether it exited by itself.
+    async fn shutdown_within(mut self, limit: Duration) -> anyhow::Result<(Duration, bool)> {
+        let started = Instant::now();
         drop(self.stdin.take());
-        match tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await {
+        match tokio::time::timeout(limit, self.child.wait()).await {
             Ok(status) => {
                 let status = status?;
                 if !status.success() {
@@ -621,13 +629,17 @@ impl AcpPipe {
                         stderr_tail(&self.stderr_path)
                     );
                 }
+                Ok((started.elapsed(), true))
             }
             Err(_) => {
-                eprintln!("note: berth did not exit 10 s after stdin closed; killing it");
+                eprintln!(
+                    "note: berth did not exit {} s after stdin closed; killing it",
+                    limit.as_secs()
+                );
                 self.child.kill().await?;
+                Ok((started.elapsed(), false))
             }
         }
-        Ok(())
     }
 }
 
@@ -1464,6 +1476,10 @@ struct DensityReport {
     mem_empty: Mem,
     /// berth with every session parked, once its CPU went quiet.
     mem_parked: Mem,
+    /// stdin closed → berth exited, with every session parked.
+    stopped_in: Duration,
+    /// Whether it exited by itself (else it was killed after 300 s).
+    clean_stop: bool,
     /// Apparent size of the data directory right after `initialize` (empty).
     disk_empty_bytes: u64,
     /// Apparent size and allocated bytes of the data directory after a clean stop.
@@ -1507,6 +1523,15 @@ impl DensityReport {
             self.per_unit(rss_delta)
         );
         println!(
+            "stop              {:.2} s from stdin closed to exit{}",
+            self.stopped_in.as_secs_f64(),
+            if self.clean_stop {
+                ""
+            } else {
+                " (killed: it did not exit by itself)"
+            }
+        );
+        println!(
             "disk              {:.1} MiB data dir ({:.1} MiB allocated): {:.0} B per parked session",
             mib(self.disk_bytes),
             mib(self.disk_alloc_bytes),
@@ -1540,6 +1565,8 @@ impl DensityReport {
             "rss_parked_bytes": self.mem_parked.rss,
             "hwm_parked_bytes": self.mem_parked.hwm,
             "rss_per_parked_bytes": self.per_unit(self.mem_parked.rss.saturating_sub(self.mem_empty.rss)).round(),
+            "stop_s": self.stopped_in.as_secs_f64(),
+            "clean_stop": self.clean_stop,
             "disk_empty_bytes": self.disk_empty_bytes,
             "disk_bytes": self.disk_bytes,
             "disk_alloc_bytes": self.disk_alloc_bytes,
@@ -1578,9 +1605,7 @@ async fn pipelined(
             let i = pending
                 .remove(&id)
                 .with_context(|| format!("unexpected response: {frame}"))?;
-            results[i] = result
-                .map_err(|e| anyhow!("{method} failed: {e}"))?
-                .clone();
+            results[i] = result.map_err(|e| anyhow!("{method} failed: {e}"))?.clone();
             done += 1;
         }
     }
@@ -1625,7 +1650,13 @@ async fn density_bench(args: &Args, bin: &Path) -> anyhow::Result<DensityReport>
     std::fs::write(&script, wake_script())?;
     let max_in_flight = (2 * window + 64).to_string();
     let extra: [&std::ffi::OsStr; 2] = ["--max-in-flight".as_ref(), max_in_flight.as_ref()];
-    let mut acp = AcpPipe::spawn(bin, &data, &script, &dir.path().join("berth.stderr"), &extra)?;
+    let mut acp = AcpPipe::spawn(
+        bin,
+        &data,
+        &script,
+        &dir.path().join("berth.stderr"),
+        &extra,
+    )?;
     acp.call(
         "initialize",
         json!({"protocolVersion": 1, "clientCapabilities": {}}),
@@ -1638,9 +1669,13 @@ async fn density_bench(args: &Args, bin: &Path) -> anyhow::Result<DensityReport>
     let disk_empty_bytes = dir_size(&data).0;
 
     let started = Instant::now();
-    let created = pipelined(&mut acp, units, window, "session/new", |_| {
-        json!({"cwd": cwd, "mcpServers": []})
-    })
+    let created = pipelined(
+        &mut acp,
+        units,
+        window,
+        "session/new",
+        |_| json!({"cwd": cwd, "mcpServers": []}),
+    )
     .await
     .context("creating the sessions")?;
     let created_in = started.elapsed();
@@ -1691,7 +1726,7 @@ async fn density_bench(args: &Args, bin: &Path) -> anyhow::Result<DensityReport>
     }
     wait_quiet(pid, Instant::now(), Duration::from_secs(120)).await?;
     let mem_parked = mem_of(&status);
-    acp.shutdown().await?;
+    let (stopped_in, clean_stop) = acp.shutdown_within(Duration::from_secs(300)).await?;
     let (disk_bytes, disk_alloc_bytes) = dir_size(&data);
 
     // Every probe must be overdue before berth comes back.
@@ -1702,7 +1737,13 @@ async fn density_bench(args: &Args, bin: &Path) -> anyhow::Result<DensityReport>
         }
     }
     let spawned = Instant::now();
-    let mut acp = AcpPipe::spawn(bin, &data, &script, &dir.path().join("restart.stderr"), &extra)?;
+    let mut acp = AcpPipe::spawn(
+        bin,
+        &data,
+        &script,
+        &dir.path().join("restart.stderr"),
+        &extra,
+    )?;
     acp.call(
         "initialize",
         json!({"protocolVersion": 1, "clientCapabilities": {}}),
@@ -1764,6 +1805,8 @@ async fn density_bench(args: &Args, bin: &Path) -> anyhow::Result<DensityReport>
         parked_in,
         mem_empty,
         mem_parked,
+        stopped_in,
+        clean_stop,
         disk_empty_bytes,
         disk_bytes,
         disk_alloc_bytes,
