@@ -147,11 +147,15 @@ async function control({ ingress, n, mode }) {
   await pool(count, 256, (i) => call(`${ingress}/sig/${keys[i]}/ready`));
   const one = async (i) => {
     const payload = `resume input ${i}`;
-    const t0 = performance.now();
-    await call(`${ingress}/sig/${keys[i]}/go`, { body: payload });
-    const result = await call(`${ingress}/restate/workflow/sig/${keys[i]}/attach`, {
+    // Attach (wait for the result) before resolving the promise, so the
+    // figure is signal sent → result seen, not two round trips in a row.
+    const pending = call(`${ingress}/restate/workflow/sig/${keys[i]}/attach`, {
       method: "GET",
     });
+    await sleep(0);
+    const t0 = performance.now();
+    await call(`${ingress}/sig/${keys[i]}/go`, { body: payload });
+    const result = await pending;
     const us = micros(t0);
     if (result !== payload) throw new Error(`workflow ${keys[i]} returned ${result}`);
     return us;

@@ -183,9 +183,13 @@ async def cmd_control(args: argparse.Namespace) -> None:
 
     async def one(i: int, h) -> float:
         payload = f"resume input {i}"
+        # The result is awaited (long poll) before the signal is sent, so the
+        # figure is signal sent → result seen, not two round trips in a row.
+        pending = asyncio.ensure_future(h.result())
+        await asyncio.sleep(0)
         t0 = time.perf_counter()
         await h.signal(SignalWorkflow.go, payload)
-        result = await h.result()
+        result = await pending
         elapsed = time.perf_counter() - t0
         if result != payload:
             raise RuntimeError(f"workflow {h.id} returned {result!r}, not {payload!r}")
