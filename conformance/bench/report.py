@@ -130,8 +130,9 @@ def timers_section(results, out, add):
     add("## 1. Durable timer wake-ups (N units × 1 s)")
     add("")
     add("Unit lateness = the unit's own clock after waking − its clock at the park − 1 s. "
-        "Client lateness = awake seen by the client − (park request sent + 1 s). "
-        "Wall = first request sent → last unit seen awake.")
+        "Client lateness = awake seen by the client (berth: `resumed` notification; peers: "
+        "the unit's result) − (park request sent + 1 s). Wall = first request sent → last "
+        "unit done (berth: last woken turn's `turn_ended`; peers: last result).")
     add("")
     add("| system | N | unit p50 ms | unit p99 ms | unit max ms | client p50 ms | client p99 ms "
         "| wall s | wall ratio |")

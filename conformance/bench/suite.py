@@ -24,8 +24,10 @@ What is measured (every latency is nearest-rank p50/p99 over all samples):
   clock after the wake-up minus its clock at the park minus 1 s (berth:
   ``resumed_at − (suspendedAt + 1 s)``; Temporal: ``workflow.now()``; Restate:
   ``ctx.date.now()``). *Client lateness*: the client sees the unit awake
-  (berth: the ``resumed`` notification; peers: the result) minus (request sent
-  + 1 s). *Wall*: first request sent → last unit seen awake.
+  (berth: the ``resumed`` notification; peers: the result, which the unit
+  returns right after waking) minus (request sent + 1 s). *Wall*: first
+  request sent → last unit done (berth: the woken turn's ``turn_ended``, one
+  text step after ``resumed``; peers: the last result).
 * **control** — N units parked, then resumed by an external signal with a
   small payload, one at a time (sequential) and all at once (concurrent).
   berth: ``session/resume`` with ``input`` → the ``resumed`` notification (the
@@ -422,7 +424,9 @@ class Berth:
             "lateness_client": w["lateness_client"],
             "lateness_fire": w["lateness_fire"],
             "start_ack": w["suspend_ack"],
-            "wall_s": w["wall_to_last_resumed_s"],
+            # Like the peers' (their units return right after waking): to
+            # the last woken turn's end, one text step after its `resumed`.
+            "wall_s": w["wall_to_last_turn_ended_s"],
             "raw": w,
         }
 
