@@ -62,8 +62,18 @@ def write(results: dict, out: Path) -> None:
     add(f"Started {results['started']}, took {results['duration_s']} s. "
         f"Load average (1/5/15 min) before: {results['load_before']}, after: "
         f"{results['load_after']} on {m['cores']} cores — the figures are only as quiet "
-        "as the machine was (per-system readings below).")
+        "as the machine was (per-system readings below; they include the load of the "
+        "systems under test themselves).")
     add("")
+    try:
+        before = float(results["load_before"].split()[0])
+    except (ValueError, IndexError):
+        before = 0.0
+    if before >= 1.5:
+        add(f"**The machine was busy when this started** (1-minute load average {before:.1f} "
+            f"on {m['cores']} cores from other work): latencies are overstated and "
+            "throughputs understated, for every system; compare ratios with care.")
+        add("")
     add("## Machine")
     add("")
     add("| | |")
