@@ -189,6 +189,27 @@ mod tests {
         let recorder = Arc::new(Recorder(Mutex::default()));
         node.attach(&sid, recorder.clone(), false).await.unwrap();
         until_passivated(&node, &sid).await;
+        // A handle that is not the current one is named as such.
+        let wrong = node
+            .resume(
+                &sid,
+                ResumeParams {
+                    handle: Some("susp_nope".into()),
+                    input: None,
+                    continue_transcript: true,
+                    cause: ResumeCause::ExplicitResume,
+                    actor: "test".into(),
+                    lateness_ms: None,
+                    message_id: None,
+                    trigger: None,
+                },
+            )
+            .await;
+        assert!(
+            matches!(&wrong, Err(ControlError::ResumeConflict { reason: crate::error::ResumeConflict::HandleMismatch { current }, .. }) if *current == parked.handle),
+            "{wrong:?}"
+        );
+        until_passivated(&node, &sid).await;
         // Resumes racing the rehydration: exactly one wins, none is lost.
         let resumes = (0..50).map(|i| {
             let (node, sid, handle) = (node.clone(), sid.clone(), parked.handle.clone());

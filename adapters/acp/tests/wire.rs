@@ -1272,7 +1272,9 @@ async fn suspend_params_are_validated_naming_the_field_and_change_nothing() {
             json!({"sessionId": other, "handle": used}),
         )
         .await;
-    assert_eq!(error_of(&r).1["reason"], "not_suspended", "{r}");
+    // It is suspended, under its own handle.
+    assert_eq!(error_of(&r).1["reason"], "handle_mismatch", "{r}");
+    assert!(error_of(&r).1["currentHandle"].is_string(), "{r}");
 }
 
 #[tokio::test]

@@ -291,7 +291,14 @@ fn current(state: &SessionState, params: &ResumeParams) -> Result<Suspension, Co
     match (&state.suspension, &params.handle) {
         (Some(s), None) => Ok(s.clone()),
         (Some(s), Some(h)) if *h == s.handle => Ok(s.clone()),
-        (_, Some(h)) => Err(used_up(h)?.unwrap_or_else(not_suspended)),
+        (Some(s), Some(h)) => Err(used_up(h)?.unwrap_or_else(|| ControlError::ResumeConflict {
+            session_id: session_id.clone(),
+            handle: Some(h.clone()),
+            reason: ResumeConflict::HandleMismatch {
+                current: s.handle.clone(),
+            },
+        })),
+        (None, Some(h)) => Err(used_up(h)?.unwrap_or_else(not_suspended)),
         (None, None) if state.record.closed_at.is_some() => Err(ControlError::SessionClosed {
             session_id: session_id.clone(),
         }),
