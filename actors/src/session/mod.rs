@@ -263,6 +263,9 @@ pub enum SessionMsg {
         turn_id: TurnId,
         /// How it left.
         exit: Box<TurnExit>,
+        /// What the run consumed after its last journaled event (replay
+        /// tape), for its exit batch.
+        tape: Box<berth_runtime::tape::Tape>,
     },
 }
 
@@ -450,9 +453,11 @@ impl SessionActor {
             SessionMsg::Prompt { prompt, reply } => {
                 lifecycle::prompt::start(&myself, state, prompt, reply).await
             }
-            SessionMsg::TurnFinished { turn_id, exit } => {
-                lifecycle::prompt::finish(&myself, state, turn_id, *exit).await
-            }
+            SessionMsg::TurnFinished {
+                turn_id,
+                exit,
+                tape,
+            } => lifecycle::prompt::finish(&myself, state, turn_id, *exit, *tape).await,
             SessionMsg::Suspend { params, reply } => {
                 lifecycle::suspend::suspend(state, params, reply).await
             }

@@ -158,6 +158,10 @@ pub enum ModelError {
     /// The provider is misconfigured (missing key, bad script…).
     #[error("model provider misconfigured: {0}")]
     Config(String),
+    /// A failure replayed from the journal (`berth replay`): the message is
+    /// the original error's whole text, so the turn's terminal reads the same.
+    #[error("{0}")]
+    Recorded(String),
 }
 
 /// A model provider.
