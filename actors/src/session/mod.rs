@@ -6,8 +6,8 @@
 
 pub mod lifecycle;
 pub mod passivate;
-mod receipt;
-mod seal;
+pub(crate) mod receipt;
+pub(crate) mod seal;
 mod sink;
 
 use std::sync::Arc;
