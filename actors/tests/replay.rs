@@ -19,7 +19,9 @@ use berth_runtime::content::Prompt;
 use berth_runtime::event::{SessionEvent, ToolCallStatus, ToolKind};
 use berth_runtime::ids::SessionId;
 use berth_runtime::model::scripted::ScriptedModel;
-use berth_runtime::model::{ModelDelta, ModelError, ModelProvider, ModelRequest, ModelResponse, ToolSpec};
+use berth_runtime::model::{
+    ModelDelta, ModelError, ModelProvider, ModelRequest, ModelResponse, ToolSpec,
+};
 use berth_runtime::steering::Seam;
 use berth_runtime::suspension::{Initiator, ResumeCause, ResumeConditions, SuspendMode};
 use berth_runtime::terminal::TerminalKind;
@@ -84,6 +86,16 @@ steps = [
 ]
 
 [[rules]]
+match = "spend two"
+steps = [
+  { tool_calls = [
+      { name = "read_file", arguments = { path = "{cwd}/a.txt" } },
+      { name = "write_file", arguments = { path = "{cwd}/note-1.txt", content = "again\n" } },
+  ] },
+  { text = "Spent two." },
+]
+
+[[rules]]
 match = "park yourself"
 steps = [
   { text = "Parking until someone answers." },
@@ -106,6 +118,24 @@ struct Seen {
 impl Watcher for Seen {
     fn watcher_id(&self) -> u64 {
         7
+    }
+
+    /// Approves writing the first note, refuses everything else.
+    fn request_permission(
+        &self,
+        _session_id: &SessionId,
+        request: &berth_runtime::engine::PermissionRequest,
+    ) -> Option<tokio::sync::oneshot::Receiver<berth_runtime::engine::PermissionDecision>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let decision = if request.raw_input.to_string().contains("note-1") {
+            berth_runtime::engine::PermissionDecision::Allowed
+        } else {
+            berth_runtime::engine::PermissionDecision::Rejected {
+                reason: "not that one".into(),
+            }
+        };
+        let _ = tx.send(decision);
+        Some(rx)
     }
 
     fn notify(&self, notice: &SessionNotice) -> bool {
@@ -159,6 +189,10 @@ struct Harness {
 
 impl Harness {
     async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    async fn start_with(configure: impl FnOnce(&mut NodeConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let cwd = dir.path().join("work");
@@ -173,6 +207,7 @@ impl Harness {
         let keys = Keyring::from_keys(vec![("k1".into(), vec![7; 32])]).unwrap();
         let mut config = NodeConfig::new(&data, Arc::clone(&model) as Arc<dyn ModelProvider>);
         config.receipt_keys = Some(keys.clone());
+        configure(&mut config);
         let node = Node::start(config).await.unwrap();
         Self {
             _dir: dir,
@@ -257,7 +292,11 @@ impl Harness {
         std::fs::write(self.cwd.join("release"), "go").unwrap();
     }
 
-    fn prompt(&self, id: &SessionId, text: &str) -> tokio::task::JoinHandle<berth_actors::PromptOutcome> {
+    fn prompt(
+        &self,
+        id: &SessionId,
+        text: &str,
+    ) -> tokio::task::JoinHandle<berth_actors::PromptOutcome> {
         let node = self.node.clone();
         let id = id.clone();
         let text = text.to_owned();
@@ -335,13 +374,25 @@ where
     F: FnOnce(Harness) -> Fut,
     Fut: std::future::Future<Output = (Harness, SessionId)>,
 {
+    recorded_with(|_| {}, scenario)
+}
+
+/// [`recorded`] on a node configured by `configure`.
+fn recorded_with<F, Fut>(
+    configure: impl FnOnce(&mut NodeConfig),
+    scenario: F,
+) -> (Stopped, SessionId)
+where
+    F: FnOnce(Harness) -> Fut,
+    Fut: std::future::Future<Output = (Harness, SessionId)>,
+{
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let (stopped, id) = rt.block_on(async {
-        let h = Harness::start().await;
+        let h = Harness::start_with(configure).await;
         let (h, id) = scenario(h).await;
         (h.stop().await, id)
     });
@@ -507,7 +558,10 @@ fn a_steered_turn_replays_byte_for_byte_and_a_changed_answer_does_not() {
     assert!(report.verified.is_some());
 
     // The model "answers differently": its recorded text delta changes.
-    let chunk = stopped.seq_of(&id, r#""type":"agent_message_chunk","text":"Starting the big fix.""#);
+    let chunk = stopped.seq_of(
+        &id,
+        r#""type":"agent_message_chunk","text":"Starting the big fix.""#,
+    );
     stopped.edit(&id, |row| {
         let tape = row.find(r#""tape":"#)?;
         let delta = r#"{"text":"Starting the big fix."}"#;
@@ -714,7 +768,8 @@ fn a_self_park_with_input_replays_and_an_edited_input_fails_the_hash_check() {
         let id = h.session().await;
         let outcome = h.prompt(&id, "park yourself").await.unwrap();
         assert!(outcome.suspension_handle.is_some());
-        h.resume(&id, Some(json!({"window": "tonight"})), true).await;
+        h.resume(&id, Some(json!({"window": "tonight"})), true)
+            .await;
         h.wait_for("turn end", completed).await;
         (h, id)
     });
@@ -772,4 +827,199 @@ fn replay_refuses_what_it_cannot_read() {
         }
         other => panic!("expected not replayable, got {other:?}"),
     }
+}
+
+#[test]
+fn the_other_controls_replay() {
+    let (stopped, id) = recorded(|h| async move {
+        let id = h.session().await;
+        // A running turn gets a queued note, a steer revoked, a steer
+        // replaced, and its command cancelled on its own.
+        let turn = h.prompt(&id, "do the big fix");
+        h.wait_running("release").await;
+        h.node
+            .inject(&id, "queue", &json!("for the record"), "test")
+            .await
+            .unwrap();
+        let revoked = h
+            .node
+            .inject(&id, "steer", &json!("never mind"), "test")
+            .await
+            .unwrap();
+        h.node
+            .retract_injection(&id, &revoked, None, "test")
+            .await
+            .unwrap();
+        let replaced = h
+            .node
+            .inject(&id, "steer", &json!("prefer the smaller fix"), "test")
+            .await
+            .unwrap();
+        h.node
+            .retract_injection(
+                &id,
+                &replaced,
+                Some(&json!("prefer the smaller fix, carefully")),
+                "test",
+            )
+            .await
+            .unwrap();
+        let call = h
+            .seen
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|e| match e {
+                SessionEvent::ToolCall { tool_call_id, .. } => Some(tool_call_id.clone()),
+                _ => None,
+            })
+            .unwrap();
+        h.node
+            .cancel_tool_call(&id, call.as_str(), Some("too slow"), "test")
+            .await
+            .unwrap();
+        let outcome = turn.await.unwrap();
+        assert_eq!(outcome.terminal.kind, TerminalKind::Completed);
+        // Rollback, redo, rollback: the transcript the next turns read.
+        h.node.rollback(&id, false, "test").await.unwrap();
+        h.node.rollback(&id, true, "test").await.unwrap();
+        h.node.rollback(&id, false, "test").await.unwrap();
+        h.prompt(&id, "hello there").await.unwrap();
+        // A parked turn cancelled: sealed, its handle used up.
+        h.seen.events.lock().unwrap().clear();
+        let turn = h.prompt(&id, "do the big fix");
+        h.wait_running("release").await;
+        h.suspend(&id, SuspendMode::InterruptImmediate, None).await;
+        h.release();
+        turn.await.unwrap();
+        h.node.cancel(&id, "test").await.unwrap();
+        // A running turn closed.
+        std::fs::remove_file(h.cwd.join("release")).unwrap();
+        h.seen.events.lock().unwrap().clear();
+        let turn = h.prompt(&id, "do the big fix");
+        h.wait_running("release").await;
+        h.node.close(&id, "test").await.unwrap();
+        let outcome = turn.await.unwrap();
+        assert_eq!(outcome.terminal.kind, TerminalKind::SessionClosed);
+        (h, id)
+    });
+    let report = stopped.replay(&id, true).unwrap();
+    let exits: Vec<&str> = report.runs.iter().map(|r| r.exit.as_str()).collect();
+    assert_eq!(
+        exits,
+        [
+            "ended: completed",
+            "ended: completed",
+            "suspended at turn_start",
+            "ended: session_closed",
+        ],
+        "{}",
+        events_of(&report)
+    );
+    assert_replays(&report, 4);
+}
+
+#[test]
+fn approvals_and_a_budget_suspension_replay() {
+    let (stopped, id) = recorded_with(
+        |config| {
+            config.needs_approval = vec!["write_file".into()];
+            config.budgets = vec![berth_runtime::budget::BudgetPolicy {
+                label: None,
+                limits: berth_runtime::budget::BudgetLimits {
+                    max_tool_calls: Some(1),
+                    ..Default::default()
+                },
+            }];
+        },
+        |h| async move {
+            let id = h.session().await;
+            // One write approved, one refused: one tool call spent.
+            h.prompt(&id, "write two notes").await.unwrap();
+            assert!(h.cwd.join("note-1.txt").exists());
+            assert!(!h.cwd.join("note-2.txt").exists());
+            // The next call goes over the budget: the policy parks the turn
+            // before the rest of its batch; an operator grants more.
+            std::fs::write(h.cwd.join("a.txt"), "aaa").unwrap();
+            let outcome = h.prompt(&id, "spend two").await.unwrap();
+            assert_eq!(outcome.terminal.kind, TerminalKind::PolicyBudget);
+            h.seen.events.lock().unwrap().clear();
+            h.resume(&id, Some(json!({"budget": {"max_tool_calls": 5}})), true)
+                .await;
+            h.wait_for("turn end", completed).await;
+            (h, id)
+        },
+    );
+    let report = stopped.replay(&id, true).unwrap();
+    let exits: Vec<&str> = report.runs.iter().map(|r| r.exit.as_str()).collect();
+    assert_eq!(
+        exits,
+        [
+            "ended: completed",
+            "suspended at pre_tool_dispatch",
+            "ended: completed"
+        ],
+        "{}",
+        events_of(&report)
+    );
+    assert_replays(&report, 3);
+}
+
+/// A turn berth stopped under (its runtime dropped mid-turn, as a crash) is
+/// sealed at the next start from its checkpoint, which the journal does not
+/// keep: replay reproduces everything up to the crash and says where it
+/// stopped.
+#[test]
+fn a_turn_cut_short_by_a_crash_replays_up_to_the_crash() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (h, id) = rt.block_on(async {
+        let h = Harness::start().await;
+        let id = h.session().await;
+        h.prompt(&id, "hello").await.unwrap();
+        let _turn = h.prompt(&id, "do the big fix");
+        h.wait_running("release").await;
+        (h, id)
+    });
+    let Harness {
+        _dir,
+        data,
+        cwd,
+        keys,
+        node,
+        ..
+    } = h;
+    drop(node);
+    drop(rt);
+    // The next start seals the turn (`process_restarted`), and the session
+    // goes on.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:replay-test").unwrap();
+        let mut config = NodeConfig::new(&data, Arc::new(model) as Arc<dyn ModelProvider>);
+        config.receipt_keys = Some(keys.clone());
+        let node = Node::start(config).await.unwrap();
+        node.prompt(&id, Prompt::text("hello again")).await.unwrap();
+        node.shutdown().await;
+    });
+    drop(rt);
+    let stopped = Stopped {
+        _dir,
+        journal: data.join("journal.redb"),
+        keys,
+        cwd,
+    };
+    let report = stopped.replay(&id, true).unwrap();
+    let cut = report.cut_short.clone().expect("cut short");
+    assert_eq!(report.runs.len(), 1, "{}", events_of(&report));
+    assert_ne!(cut.turn_id, report.runs[0].turn_id);
+    assert!(cut.seq > report.runs[0].last_seq, "{}", events_of(&report));
 }

@@ -635,7 +635,10 @@ steps = [{ text = "partial" }, { delay_ms = 60000 }, { text = "never" }]
         drop(call);
         let taped = tape.take();
         assert_eq!(taped.model.len(), 1);
-        assert_eq!(taped.model[0].deltas, vec![TapedDelta::Text("partial".into())]);
+        assert_eq!(
+            taped.model[0].deltas,
+            vec![TapedDelta::Text("partial".into())]
+        );
         assert!(taped.model[0].outcome.is_none());
         assert!(taped.model[0].result().is_none());
     }

@@ -553,7 +553,11 @@ impl Keyring {
     ///
     /// # Errors
     /// [`SignatureError::UnknownKey`] when the keyring has no such key.
-    pub fn sign_as<T: Receipt>(&self, key_id: &str, receipt: T) -> Result<Signed<T>, SignatureError> {
+    pub fn sign_as<T: Receipt>(
+        &self,
+        key_id: &str,
+        receipt: T,
+    ) -> Result<Signed<T>, SignatureError> {
         let key = self.key(key_id).ok_or_else(|| SignatureError::UnknownKey {
             key_id: key_id.to_owned(),
         })?;

@@ -165,13 +165,13 @@ pub fn read_session(path: &Path, id: &SessionId) -> Result<SessionLog, StorageEr
     )?;
     let sessions = txn.open_table(SESSIONS)?;
     let record = match sessions.get(id.as_str())? {
-        Some(v) => Some(serde_json::from_slice(v.value()).map_err(|e| {
-            StorageError::Corrupt {
+        Some(v) => Some(
+            serde_json::from_slice(v.value()).map_err(|e| StorageError::Corrupt {
                 table: "sessions",
                 key: id.0.clone(),
                 message: e.to_string(),
-            }
-        })?),
+            })?,
+        ),
         None => None,
     };
     let table = txn.open_table(EVENTS)?;

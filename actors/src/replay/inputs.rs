@@ -11,8 +11,8 @@ use berth_runtime::clock::Clock;
 use berth_runtime::engine::PermissionDecision;
 use berth_runtime::event::ToolKind;
 use berth_runtime::ids::IdSource;
-use berth_runtime::model::{ModelDelta, ModelError, ModelProvider, ModelRequest, ModelResponse};
 use berth_runtime::model::ToolSpec;
+use berth_runtime::model::{ModelDelta, ModelError, ModelProvider, ModelRequest, ModelResponse};
 use berth_runtime::receipt::{Receipt, Signed};
 use berth_runtime::tape::{request_sha256, ModelTape, Tape, ToolTapeOutcome};
 use berth_runtime::tools::{

@@ -506,10 +506,9 @@ impl Walk<'_> {
             return Err(self.not_replayable(i, "expected `suspension_cancelled`"));
         };
         let Some(suspension) = self.suspension.clone() else {
-            return Err(self.not_replayable(
-                i,
-                "a suspension is cancelled that the replay does not know",
-            ));
+            return Err(
+                self.not_replayable(i, "a suspension is cancelled that the replay does not know")
+            );
         };
         let cancelled = SessionEvent::SuspensionCancelled {
             handle: suspension.handle.clone(),
@@ -531,7 +530,12 @@ impl Walk<'_> {
     /// Seals the parked turn (its never-run calls failed, `turn_ended` with
     /// the terminal the journal names), comparing from row `i`; `at_row`
     /// is the row whose time the batch carries.
-    fn seal_parked_at(&mut self, i: usize, why: String, at_row: usize) -> Result<usize, ReplayError> {
+    fn seal_parked_at(
+        &mut self,
+        i: usize,
+        why: String,
+        at_row: usize,
+    ) -> Result<usize, ReplayError> {
         let Some(frame) = self.suspension.as_ref().and_then(|s| s.frame.clone()) else {
             return Err(self.not_replayable(i, "no parked turn to seal"));
         };
@@ -544,7 +548,10 @@ impl Walk<'_> {
         let Some(terminal) = terminal else {
             return Err(self.not_replayable(
                 i,
-                format!("the parked turn {} is sealed without a `turn_ended`", frame.turn_id),
+                format!(
+                    "the parked turn {} is sealed without a `turn_ended`",
+                    frame.turn_id
+                ),
             ));
         };
         let (_, events, messages) = seal_parked(
@@ -581,7 +588,10 @@ impl Walk<'_> {
     }
 
     fn rollback(&mut self, i: usize, checkpoint_id: &str) -> Result<(), ReplayError> {
-        let cp = self.head.checked_sub(1).and_then(|h| self.checkpoints.get(h));
+        let cp = self
+            .head
+            .checked_sub(1)
+            .and_then(|h| self.checkpoints.get(h));
         match cp {
             Some(cp) if cp.turn_id == checkpoint_id => {
                 self.transcript.truncate(cp.before);
@@ -739,7 +749,8 @@ impl Walk<'_> {
                 }
                 // `resumed` and its control receipt (a continued run counts
                 // them with its own).
-                self.report.inputs += (i..ri).filter(|&j| is_input(&rows[j].rec.event)).count() as u64;
+                self.report.inputs +=
+                    (i..ri).filter(|&j| is_input(&rows[j].rec.event)).count() as u64;
                 self.parked_sealed = false;
                 Ok(ri + 1)
             }

@@ -103,7 +103,9 @@ impl Walk<'_> {
         // The run's exit: its `turn_ended`, or the `suspended` that parks it.
         let exit_index = (start + 1..rows.len()).find(|&i| match &rows[i].rec.event {
             SessionEvent::TurnEnded { turn_id: t, .. } => *t == turn_id,
-            SessionEvent::Suspended { turn_id: Some(t), .. } => *t == turn_id,
+            SessionEvent::Suspended {
+                turn_id: Some(t), ..
+            } => *t == turn_id,
             _ => false,
         });
         let open = exit_index.is_none();
@@ -138,7 +140,9 @@ impl Walk<'_> {
                     ..
                 } => {
                     let actor = rows[i + 1..].iter().find_map(|r| match &r.rec.event {
-                        SessionEvent::ControlOutcome(o) if o.receipt.method == "session/suspend" => {
+                        SessionEvent::ControlOutcome(o)
+                            if o.receipt.method == "session/suspend" =>
+                        {
                             Some(o.receipt.actor.clone())
                         }
                         _ => None,
@@ -196,15 +200,18 @@ impl Walk<'_> {
             Some(SessionEvent::Suspended {
                 handle, initiator, ..
             }) if *initiator != Initiator::Agent && *initiator != Initiator::Policy => {
-                let drained = rows[exit_index..].iter().take(6).find_map(|r| match &r.rec.event {
-                    SessionEvent::DrainDecisionReceipt(d) => match &d.receipt.item {
-                        DrainedItem::SuspendRequest { handle: h, mode } if h == handle => {
-                            Some(*mode)
-                        }
+                let drained = rows[exit_index..]
+                    .iter()
+                    .take(6)
+                    .find_map(|r| match &r.rec.event {
+                        SessionEvent::DrainDecisionReceipt(d) => match &d.receipt.item {
+                            DrainedItem::SuspendRequest { handle: h, mode } if h == handle => {
+                                Some(*mode)
+                            }
+                            _ => None,
+                        },
                         _ => None,
-                    },
-                    _ => None,
-                });
+                    });
                 drained
                     .or(request.as_ref().map(|r| r.mode))
                     .map(ExitControl::Suspend)
@@ -228,7 +235,9 @@ impl Walk<'_> {
         shared.state().fire();
         let exit = match kind {
             RunKind::Fresh(_) => drive(run_turn(&spec, &deps, &sink)),
-            RunKind::Resume(frame, input) => drive(resume_turn(&spec, &deps, &sink, *frame, &input)),
+            RunKind::Resume(frame, input) => {
+                drive(resume_turn(&spec, &deps, &sink, *frame, &input))
+            }
         };
         let cut = |this: &mut Self, at: usize| {
             this.report.cut_short = Some(CutShort {
@@ -345,9 +354,8 @@ impl Walk<'_> {
             }
         };
         let from = usize::try_from(self.record.context_from).unwrap_or(usize::MAX);
-        let history = Transcript::from_messages(
-            self.transcript.get(from..).unwrap_or_default().to_vec(),
-        );
+        let history =
+            Transcript::from_messages(self.transcript.get(from..).unwrap_or_default().to_vec());
         let prompt = match kind {
             RunKind::Fresh(prompt) => prompt.clone(),
             RunKind::Resume(frame, _) => resume::first_prompt(frame),

@@ -210,7 +210,12 @@ impl SeqState {
         (from..self.rows.len()).find(|&i| !is_input(&self.rows[i].rec.event))
     }
 
-    fn divergence_at(&self, index: Option<usize>, got: Option<&SessionEvent>, detail: String) -> Divergence {
+    fn divergence_at(
+        &self,
+        index: Option<usize>,
+        got: Option<&SessionEvent>,
+        detail: String,
+    ) -> Divergence {
         let (seq, expected) = match index.and_then(|i| self.rows.get(i)) {
             Some(row) => (row.seq, Some(&row.rec.event)),
             None => (self.rows.last().map_or(1, |r| r.seq + 1), None),
@@ -244,7 +249,12 @@ impl SeqState {
     /// Compares `produced` with row `index`: re-signs a receipt with the key
     /// the recorded one names, then checks the bytes against the stored
     /// row (which may carry a tape after the event).
-    fn matches(&mut self, env: &ReplayEnv, index: usize, produced: &EventRecord) -> Result<bool, String> {
+    fn matches(
+        &mut self,
+        env: &ReplayEnv,
+        index: usize,
+        produced: &EventRecord,
+    ) -> Result<bool, String> {
         let rows = Arc::clone(&self.rows);
         let row = &rows[index];
         let produced = resign(env, produced, &row.rec.event)?;
@@ -256,7 +266,11 @@ impl SeqState {
                 && stored[..bytes.len() - 1] == bytes[..bytes.len() - 1]
                 && stored[bytes.len() - 1..].starts_with(b",\"tape\":"));
         if !same && std::env::var("BERTH_REPLAY_DEBUG").is_ok() {
-            eprintln!("stored:   {}\nproduced: {}", String::from_utf8_lossy(stored), String::from_utf8_lossy(&bytes));
+            eprintln!(
+                "stored:   {}\nproduced: {}",
+                String::from_utf8_lossy(stored),
+                String::from_utf8_lossy(&bytes)
+            );
         }
         if same && is_receipt(&produced.event) {
             self.receipts += 1;
@@ -307,7 +321,12 @@ impl SeqState {
 
     /// Compares `record` with row `index` exactly (a receipt the replay
     /// re-derives although the turn takes it as an input).
-    pub(super) fn expect_at(&mut self, env: &ReplayEnv, index: usize, record: &EventRecord) -> Result<(), Box<Divergence>> {
+    pub(super) fn expect_at(
+        &mut self,
+        env: &ReplayEnv,
+        index: usize,
+        record: &EventRecord,
+    ) -> Result<(), Box<Divergence>> {
         match self.matches(env, index, record) {
             Ok(true) => {
                 self.compared += 1;
@@ -318,7 +337,11 @@ impl SeqState {
                 Some(&record.event),
                 "the replayed event differs from the recorded one".into(),
             ))),
-            Err(message) => Err(Box::new(self.divergence_at(Some(index), Some(&record.event), message))),
+            Err(message) => Err(Box::new(self.divergence_at(
+                Some(index),
+                Some(&record.event),
+                message,
+            ))),
         }
     }
 
@@ -346,16 +369,15 @@ impl SeqState {
             if let SessionEvent::ToolCall { tool_call_id, .. } = &rows[last].rec.event {
                 let id = tool_call_id.as_str();
                 if self.cancelled_calls.contains(id) && !self.fired_cancels.contains(id) {
-                    let first_update = ((last + 1)..rows.len()).find_map(|i| {
-                        match &rows[i].rec.event {
+                    let first_update =
+                        ((last + 1)..rows.len()).find_map(|i| match &rows[i].rec.event {
                             SessionEvent::ToolCallUpdate { tool_call_id, .. }
                                 if tool_call_id.as_str() == id =>
                             {
                                 Some(call_cancel(&rows[i].rec.event))
                             }
                             _ => None,
-                        }
-                    });
+                        });
                     if let Some(Some((_, false))) = first_update {
                         self.fired_cancels.insert(id.to_owned());
                         control.cancel_call(id);
@@ -366,15 +388,17 @@ impl SeqState {
         let next = self.next_output(self.cursor);
         if let Some(next) = next {
             let event = &rows[next].rec.event;
-            let cancel = call_cancel(event).map(|(id, _)| id.to_owned()).or_else(|| match event {
-                SessionEvent::PermissionResolved {
-                    tool_call_id,
-                    decision: PermissionDecision::Cancelled,
-                } if self.cancelled_calls.contains(tool_call_id.as_str()) => {
-                    Some(tool_call_id.0.clone())
-                }
-                _ => None,
-            });
+            let cancel = call_cancel(event)
+                .map(|(id, _)| id.to_owned())
+                .or_else(|| match event {
+                    SessionEvent::PermissionResolved {
+                        tool_call_id,
+                        decision: PermissionDecision::Cancelled,
+                    } if self.cancelled_calls.contains(tool_call_id.as_str()) => {
+                        Some(tool_call_id.0.clone())
+                    }
+                    _ => None,
+                });
             if let Some(id) = cancel {
                 if self.fired_cancels.insert(id.clone()) {
                     control.cancel_call(&id);
@@ -438,22 +462,36 @@ fn is_receipt(event: &SessionEvent) -> bool {
 
 /// `produced` with its receipt (if it is one) signed by the key `recorded`
 /// names.
-fn resign(env: &ReplayEnv, produced: &EventRecord, recorded: &SessionEvent) -> Result<EventRecord, String> {
+fn resign(
+    env: &ReplayEnv,
+    produced: &EventRecord,
+    recorded: &SessionEvent,
+) -> Result<EventRecord, String> {
     let k = &env.keyring;
     let bad = |e: berth_storage::SignatureError| format!("cannot re-sign the receipt: {e}");
     let event = match (&produced.event, recorded) {
         (SessionEvent::ControlOutcome(p), SessionEvent::ControlOutcome(r)) => {
-            SessionEvent::ControlOutcome(k.sign_as(&r.signature.key_id, p.receipt.clone()).map_err(bad)?)
+            SessionEvent::ControlOutcome(
+                k.sign_as(&r.signature.key_id, p.receipt.clone())
+                    .map_err(bad)?,
+            )
         }
         (SessionEvent::SuspensionReceipt(p), SessionEvent::SuspensionReceipt(r)) => {
-            SessionEvent::SuspensionReceipt(k.sign_as(&r.signature.key_id, p.receipt.clone()).map_err(bad)?)
+            SessionEvent::SuspensionReceipt(
+                k.sign_as(&r.signature.key_id, p.receipt.clone())
+                    .map_err(bad)?,
+            )
         }
         (SessionEvent::ResumptionReceipt(p), SessionEvent::ResumptionReceipt(r)) => {
-            SessionEvent::ResumptionReceipt(k.sign_as(&r.signature.key_id, p.receipt.clone()).map_err(bad)?)
+            SessionEvent::ResumptionReceipt(
+                k.sign_as(&r.signature.key_id, p.receipt.clone())
+                    .map_err(bad)?,
+            )
         }
         (SessionEvent::DrainDecisionReceipt(p), SessionEvent::DrainDecisionReceipt(r)) => {
             SessionEvent::DrainDecisionReceipt(
-                k.sign_as(&r.signature.key_id, p.receipt.clone()).map_err(bad)?,
+                k.sign_as(&r.signature.key_id, p.receipt.clone())
+                    .map_err(bad)?,
             )
         }
         (event, _) => event.clone(),
@@ -555,11 +593,13 @@ impl SteeringFeed for Shared {
         while let Some(index) = st.next_output(i) {
             let event = &st.rows[index].rec.event;
             match (event, seam) {
-                (SessionEvent::InjectionDelivered { injection, seam: at }, Some(seam))
-                    if *at == seam =>
-                {
-                    due.push(injection.clone())
-                }
+                (
+                    SessionEvent::InjectionDelivered {
+                        injection,
+                        seam: at,
+                    },
+                    Some(seam),
+                ) if *at == seam => due.push(injection.clone()),
                 (SessionEvent::InjectionDropped { message_id, .. }, None) => {
                     if let Some(injection) = st.injections.get(message_id) {
                         due.push(injection.clone());
@@ -569,8 +609,13 @@ impl SteeringFeed for Shared {
                 (SessionEvent::Directive { .. }, Some(_)) => {}
                 // A skipped batch's updates come before the interrupts
                 // delivered in its place.
-                (SessionEvent::ToolCallUpdate { raw_output: Some(raw), .. }, Some(Seam::PreToolDispatch))
-                    if raw_flag(raw, "interrupted") == Some(true) => {}
+                (
+                    SessionEvent::ToolCallUpdate {
+                        raw_output: Some(raw),
+                        ..
+                    },
+                    Some(Seam::PreToolDispatch),
+                ) if raw_flag(raw, "interrupted") == Some(true) => {}
                 _ => break,
             }
             i = index + 1;

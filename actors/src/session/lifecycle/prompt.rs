@@ -214,9 +214,9 @@ pub(crate) fn taped(spec: &TurnSpec, deps: TurnDeps) -> (TurnDeps, TapeRecorder)
         budget: deps.budget.clone(),
         config_fingerprint: config_fingerprint(spec, &deps),
     });
-    let tools = deps.tools.wrapped(|tool| {
-        Arc::new(TapedTool::new(Arc::clone(tool), tape.clone())) as Arc<_>
-    });
+    let tools = deps
+        .tools
+        .wrapped(|tool| Arc::new(TapedTool::new(Arc::clone(tool), tape.clone())) as Arc<_>);
     let deps = TurnDeps {
         model: Arc::new(TapedModel::new(Arc::clone(&deps.model), tape.clone())),
         clock: Arc::new(TapedClock::new(Arc::clone(&deps.clock), tape.clone())),
@@ -360,9 +360,7 @@ pub(crate) async fn finish(
     crate::metrics::record_turn(&label, ran_ms);
     match exit {
         TurnExit::Ended(outcome) => seal_ended(state, turn, outcome, tape).await?,
-        TurnExit::Suspended(suspended) => {
-            suspend::park_turn(state, turn, *suspended, tape).await?
-        }
+        TurnExit::Suspended(suspended) => suspend::park_turn(state, turn, *suspended, tape).await?,
     }
     if !state.pending_close.is_empty() {
         super::close::finalize(myself, state).await?;
@@ -389,10 +387,8 @@ pub(crate) fn ended_events(
 ) -> (Vec<SessionEvent>, Option<Suspension>) {
     let terminal = outcome.terminal.clone();
     // Injections accepted after the turn's loop exited never reached it.
-    let mut events = suspend::drop_pending(
-        control,
-        "the turn ended before this message was delivered",
-    );
+    let mut events =
+        suspend::drop_pending(control, "the turn ended before this message was delivered");
     events.push(SessionEvent::TurnEnded {
         turn_id: turn_id.clone(),
         stop_reason: terminal.stop_reason(),

@@ -19,16 +19,16 @@ use berth_runtime::steering::Seam;
 use berth_runtime::suspension::{
     Initiator, ResumeClaim, ResumeClaimKind, SuspendMode, SuspendRequest, Suspension, Wakeup,
 };
-use berth_runtime::terminal::{StopReason, Terminal, TerminalKind, TerminalOwner};
 use berth_runtime::tape::Tape;
+use berth_runtime::terminal::{StopReason, Terminal, TerminalKind, TerminalOwner};
 use berth_storage::{Batch, SessionRecord};
 use chrono::{DateTime, Utc};
 use ractor::{ActorProcessingErr, RpcReplyPort};
 use serde_json::json;
 
 use super::super::receipt::{
-    append_records, control_outcome_at, receipt, rejected, signed_outcome, stamp,
-    suspend_drained, suspension_receipt, Stamper,
+    append_records, control_outcome_at, receipt, rejected, signed_outcome, stamp, suspend_drained,
+    suspension_receipt, Stamper,
 };
 use super::super::seal::seal_parked;
 use super::super::{RunningTurn, SessionState};
