@@ -44,7 +44,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use berth_runtime::event::{EventRecord, SessionEvent};
-use berth_runtime::history::Message;
+use berth_runtime::history::{Message, Transcript};
 use berth_runtime::ids::{SessionId, TurnId};
 use berth_runtime::receipt::{sha256_of_json, ResumptionReceipt};
 use berth_runtime::suspension::{SuspendRequest, Suspension};
@@ -308,7 +308,7 @@ pub fn replay_session(
             closed_at: None,
             ..record
         },
-        transcript: Vec::new(),
+        transcript: Transcript::default(),
         checkpoints: Vec::new(),
         head: 0,
         suspension: None,
@@ -348,7 +348,7 @@ struct Walk<'a> {
     /// The session record as the replay evolves it (the request pending,
     /// the context start).
     record: SessionRecord,
-    transcript: Vec<Message>,
+    transcript: Transcript,
     checkpoints: Vec<Checkpoint>,
     head: usize,
     /// The suspension in force, re-derived (with the parked frame).
@@ -587,6 +587,13 @@ impl Walk<'_> {
         self.transcript.extend(messages);
     }
 
+    /// Cuts the transcript back to its first `len` messages.
+    fn truncate(&mut self, len: usize) {
+        let mut messages = self.transcript.messages().as_ref().clone();
+        messages.truncate(len);
+        self.transcript = Transcript::from_messages(messages);
+    }
+
     fn rollback(&mut self, i: usize, checkpoint_id: &str) -> Result<(), ReplayError> {
         let cp = self
             .head
@@ -594,7 +601,7 @@ impl Walk<'_> {
             .and_then(|h| self.checkpoints.get(h));
         match cp {
             Some(cp) if cp.turn_id == checkpoint_id => {
-                self.transcript.truncate(cp.before);
+                self.truncate(cp.before);
                 self.head -= 1;
                 self.report.inputs += 1;
                 Ok(())
@@ -614,7 +621,7 @@ impl Walk<'_> {
         match self.checkpoints.get(self.head) {
             Some(cp) if cp.turn_id == checkpoint_id => {
                 let cp = cp.clone();
-                self.transcript.truncate(cp.before);
+                self.truncate(cp.before);
                 self.transcript.extend(cp.messages);
                 self.head += 1;
                 self.report.inputs += 1;

@@ -239,6 +239,8 @@ impl Walk<'_> {
                 drive(resume_turn(&spec, &deps, &sink, *frame, &input))
             }
         };
+        // Release the run's share of the transcript before it is extended.
+        drop(spec);
         let cut = |this: &mut Self, at: usize| {
             this.report.cut_short = Some(CutShort {
                 turn_id: turn_id.clone(),
@@ -353,9 +355,19 @@ impl Walk<'_> {
                 ))
             }
         };
+        // The model's context, as the actor computes it.
         let from = usize::try_from(self.record.context_from).unwrap_or(usize::MAX);
-        let history =
-            Transcript::from_messages(self.transcript.get(from..).unwrap_or_default().to_vec());
+        let history = if from == 0 {
+            self.transcript.clone()
+        } else {
+            Transcript::from_messages(
+                self.transcript
+                    .messages()
+                    .get(from..)
+                    .unwrap_or_default()
+                    .to_vec(),
+            )
+        };
         let prompt = match kind {
             RunKind::Fresh(prompt) => prompt.clone(),
             RunKind::Resume(frame, _) => resume::first_prompt(frame),

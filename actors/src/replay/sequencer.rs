@@ -171,6 +171,9 @@ pub(super) struct SeqState {
     pub receipts: u64,
     /// The last row matched.
     last_matched: Option<usize>,
+    /// The last row before the exit that is progress (not an input, not a
+    /// consequence of the exit's control), computed once.
+    last_progress: Option<Option<usize>>,
 }
 
 impl SeqState {
@@ -201,6 +204,7 @@ impl SeqState {
             compared: 0,
             receipts: 0,
             last_matched: None,
+            last_progress: None,
         }
     }
 
@@ -412,10 +416,14 @@ impl SeqState {
         let Some(exit) = self.exit_control.clone() else {
             return;
         };
-        let only_consequences = (self.cursor..self.exit_index.min(rows.len())).all(|i| {
-            let event = &rows[i].rec.event;
-            is_input(event) || is_consequence(event)
+        let end = self.exit_index.min(rows.len());
+        let last_progress = *self.last_progress.get_or_insert_with(|| {
+            (0..end).rev().find(|&i| {
+                let event = &rows[i].rec.event;
+                !is_input(event) && !is_consequence(event)
+            })
         });
+        let only_consequences = last_progress.is_none_or(|last| self.cursor > last);
         if only_consequences {
             self.fired = true;
             match exit {
