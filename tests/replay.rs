@@ -255,3 +255,67 @@ fn berth_replay_reproduces_a_session_and_names_an_edited_resume_input() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("not in the journal"), "{}", text(&out));
 }
+
+/// SIGKILL mid-turn: every input the turn had consumed before the kill was
+/// durable with the events that depend on it, so after a restart (which
+/// seals the turn) `berth replay` reproduces everything up to the crash and
+/// stops there, saying so.
+#[test]
+fn a_sigkill_mid_turn_replays_up_to_the_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cwd, script) = (
+        dir.path().join("data"),
+        dir.path().join("work"),
+        dir.path().join("s.toml"),
+    );
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::write(&script, SCRIPT).unwrap();
+    let mut server = Server::start(&data, &script);
+    server.send(2, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = server.until(|f| f["id"] == 2)["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.send(
+        3,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "the smaller one"}]}),
+    );
+    server.until(|f| f["id"] == 3);
+    server.send(
+        4,
+        "session/resume",
+        json!({"sessionId": sid, "input": "go"}),
+    );
+    server.until(|f| f["id"] == 4);
+    server.until(|f| f["params"]["type"] == "turn_ended");
+    // A second turn, killed while its command runs.
+    server.send(
+        5,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "park yourself"}]}),
+    );
+    server.until(|f| f["params"]["update"]["status"] == "in_progress");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = server.child.wait();
+    drop(server);
+    // The restart seals the killed turn (process_restarted).
+    Server::start(&data, &script).stop();
+
+    let out = berth(&["replay", &sid, "--verify", "--json"], &data);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{report}");
+    let cut = &report["cutShort"];
+    assert!(
+        cut["seq"].as_u64().unwrap() > runs[1]["lastSeq"].as_u64().unwrap(),
+        "{report}"
+    );
+    let out = berth(&["replay", &sid], &data);
+    assert!(text(&out).contains("stopped   at event"), "{}", text(&out));
+}

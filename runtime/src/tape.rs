@@ -211,10 +211,34 @@ impl ModelTape {
     }
 }
 
-/// `sha256:<hex>` of a model request's JSON.
+/// `sha256:<hex>` over everything a model request carries: the history's
+/// chained fingerprint ([`crate::history::Transcript::fingerprint`], taken
+/// from the request when the engine set it, so a call costs what its turn
+/// costs, not what the whole history costs), then the JSON of the rest
+/// (session, turn, call index, cwd, this turn's messages, tool specs).
 pub fn request_sha256(request: &ModelRequest) -> String {
-    let bytes = serde_json::to_vec(request).unwrap_or_default();
-    format!("sha256:{}", hex_of(&Sha256::digest(&bytes)))
+    let history = if request.history_fingerprint.is_empty() && !request.history.is_empty() {
+        crate::history::Transcript::from_messages(request.history.as_ref().clone())
+            .fingerprint()
+            .to_owned()
+    } else {
+        request.history_fingerprint.clone()
+    };
+    let rest = serde_json::to_vec(&(
+        &request.session_id,
+        &request.turn_id,
+        request.iteration,
+        &request.cwd,
+        &request.turn_messages,
+        &request.tools,
+    ))
+    .unwrap_or_default();
+    let mut hasher = Sha256::new();
+    hasher.update(b"berth.model_request.v1\0");
+    hasher.update(history.as_bytes());
+    hasher.update(b"\0");
+    hasher.update(&rest);
+    format!("sha256:{}", hex_of(&hasher.finalize()))
 }
 
 fn hex_of(bytes: &[u8]) -> String {
@@ -573,6 +597,7 @@ mod tests {
             iteration: 0,
             cwd: "/tmp".into(),
             history: Arc::new(vec![]),
+            history_fingerprint: String::new(),
             turn_messages: vec![crate::history::Message::User { text: text.into() }],
             tools: vec![],
         }
@@ -641,6 +666,24 @@ steps = [{ text = "partial" }, { delay_ms = 60000 }, { text = "never" }]
         );
         assert!(taped.model[0].outcome.is_none());
         assert!(taped.model[0].result().is_none());
+    }
+
+    #[test]
+    fn a_request_hash_covers_the_history_with_or_without_its_fingerprint() {
+        let mut with_history = request("go");
+        with_history.history = Arc::new(vec![crate::history::Message::User { text: "a".into() }]);
+        let computed = request_sha256(&with_history);
+        let transcript = crate::history::Transcript::from_messages(with_history.history.to_vec());
+        with_history.history_fingerprint = transcript.fingerprint().to_owned();
+        assert_eq!(request_sha256(&with_history), computed);
+        assert_ne!(computed, request_sha256(&request("go")));
+        let mut other = with_history.clone();
+        other.tools = vec![ToolSpec {
+            name: "t".into(),
+            description: String::new(),
+            parameters: serde_json::json!({}),
+        }];
+        assert_ne!(request_sha256(&other), computed);
     }
 
     #[test]

@@ -536,6 +536,7 @@ impl<'a> Turn<'a> {
             iteration,
             cwd: self.spec.cwd.clone(),
             history: Arc::clone(self.spec.history.messages()),
+            history_fingerprint: self.spec.history.fingerprint().to_owned(),
             turn_messages: self.turn_messages.clone(),
             tools: self.deps.tools.specs(),
         };
