@@ -281,7 +281,7 @@ pub enum ToolTapeOutcome {
         continuation: ToolContinuation,
         /// The agent's park, when the call parks the session.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        park: Option<AgentPark>,
+        park: Option<Box<AgentPark>>,
     },
     /// A typed tool error.
     Failed {
@@ -301,7 +301,7 @@ impl ToolTapeOutcome {
             },
             Ok(ToolExit::Suspended(parked)) => Self::Suspended {
                 continuation: parked.continuation.clone(),
-                park: parked.park.clone(),
+                park: parked.park.clone().map(Box::new),
             },
             Err(error) => Self::Failed {
                 error: error.clone(),
@@ -324,7 +324,7 @@ impl ToolTapeOutcome {
             Self::Suspended { continuation, park } => {
                 Ok(ToolExit::Suspended(Box::new(ToolSuspension {
                     continuation: continuation.clone(),
-                    park: park.clone(),
+                    park: park.as_deref().cloned(),
                 })))
             }
             Self::Failed { error } => Err(error.clone()),

@@ -254,7 +254,8 @@ pub enum SessionMsg {
     #[cfg(test)]
     InjectFault,
     /// Sent by the actor to itself once the session is parked with nothing
-    /// in flight: it stops (see [`passivate`]).
+    /// in flight (after `passivate_after_ms`): it stops if that is still so
+    /// (see [`passivate`]).
     Passivate,
     /// The running turn left the engine, ended or suspended (sent by the
     /// turn task itself).
@@ -434,7 +435,16 @@ impl Actor for SessionActor {
         // Handled in order: the passivation runs after whatever is queued now.
         if !state.passivation_asked && passivate::passivable(state) {
             state.passivation_asked = true;
-            let _ = myself.send_message(SessionMsg::Passivate);
+            match state.env.config.passivate_after_ms {
+                0 => {
+                    let _ = myself.send_message(SessionMsg::Passivate);
+                }
+                ms => {
+                    myself.send_after(std::time::Duration::from_millis(ms), || {
+                        SessionMsg::Passivate
+                    });
+                }
+            }
         }
         handled
     }

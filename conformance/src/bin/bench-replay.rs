@@ -124,7 +124,7 @@ async fn record(
         turns += 1;
         node.prompt(&session, Prompt::text(format!("task {turns}")))
             .await?;
-        if args.park_every > 0 && turns % args.park_every == 0 {
+        if args.park_every > 0 && turns.is_multiple_of(args.park_every) {
             node.suspend(
                 &session,
                 SuspendParams {

@@ -8,8 +8,10 @@
 //! [`ToolSet`] is what a session offers its model.
 
 pub mod await_resumption;
+pub mod direct_reply;
 pub mod files;
 pub mod processes;
+pub mod publish_artifact;
 pub mod shell;
 pub mod wait_for_file;
 
@@ -301,8 +303,9 @@ pub struct ToolSet {
 }
 
 impl ToolSet {
-    /// `shell`, `read_file`, `write_file`, `wait_for_file` and
-    /// `await_resumption` with their default bounds.
+    /// `shell`, `read_file`, `write_file`, `wait_for_file`,
+    /// `await_resumption`, `publish_artifact` and `direct_reply` with their
+    /// default bounds.
     pub fn builtin() -> Self {
         let mut set = Self::default();
         set.insert(Arc::new(shell::Shell::default()));
@@ -310,6 +313,8 @@ impl ToolSet {
         set.insert(Arc::new(files::WriteFile));
         set.insert(Arc::new(wait_for_file::WaitForFile::default()));
         set.insert(Arc::new(await_resumption::AwaitResumption));
+        set.insert(Arc::new(publish_artifact::PublishArtifact));
+        set.insert(Arc::new(direct_reply::DirectReply));
         set
     }
 
