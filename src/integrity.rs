@@ -77,8 +77,11 @@ pub fn replay(
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                if let Some((events, receipts)) = report.verified {
-                    println!("verified  {session}  {events} events, {receipts} signed receipts");
+                if let Some(v) = report.verified {
+                    println!(
+                        "verified  {session}  {} events, {} signed receipts",
+                        v.events, v.receipts
+                    );
                 }
                 for run in &report.runs {
                     println!(

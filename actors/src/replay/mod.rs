@@ -217,6 +217,16 @@ pub struct CutShort {
     pub seq: u64,
 }
 
+/// What `--verify` checked before the replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verified {
+    /// Events whose hash chain was checked.
+    pub events: u64,
+    /// Signed receipts whose signature was checked.
+    pub receipts: u64,
+}
+
 /// A successful replay.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -227,10 +237,9 @@ pub struct ReplayReport {
     pub journal: String,
     /// Whether the journal needed crash repair (read in a temporary copy).
     pub repaired_copy: bool,
-    /// `--verify`: the session's chain and signatures checked first
-    /// (events and receipts verified).
+    /// `--verify`: the session's chain and signatures, checked first.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub verified: Option<(u64, u64)>,
+    pub verified: Option<Verified>,
     /// Events in the log.
     pub events: u64,
     /// Events the replay re-derived and found byte-identical.
@@ -270,7 +279,10 @@ pub fn replay_session(
                 });
             }
         }
-        Some((report.events, report.receipts))
+        Some(Verified {
+            events: report.events,
+            receipts: report.receipts,
+        })
     } else {
         None
     };
