@@ -61,6 +61,26 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Re-runs every turn of a session from the journal — recorded model
+    /// responses, tool outcomes, clock readings and controls; no model is
+    /// called, no tool runs — and checks that the engine makes the same
+    /// decisions and produces byte-identical events and receipts (read-only;
+    /// stop the server first). Exits 3 with the first differing event (seq,
+    /// expected vs got) on non-determinism, 2 when `--verify` finds the log
+    /// tampered, 1 on any other failure. Keys as for `verify`.
+    Replay {
+        /// The session id.
+        session: String,
+        /// The data directory [default: ./berth-data].
+        #[arg(long, env = "BERTH_DATA_DIR")]
+        data_dir: Option<std::path::PathBuf>,
+        /// Check the session's hash chain and receipt signatures first.
+        #[arg(long)]
+        verify: bool,
+        /// Print the report (or the error) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// The receipt keyring (`<data dir>/receipt-keys.json`, mode 0600).
     Keys {
         #[command(subcommand)]
@@ -243,6 +263,16 @@ fn main() -> ExitCode {
                     } => emit(args).await.map(|()| done),
                     Command::Schedule { command } => schedule(command).await.map(|()| done),
                     Command::Verify { data_dir, json } => integrity::verify(data_dir, json),
+                    Command::Replay {
+                        session,
+                        data_dir,
+                        verify,
+                        json,
+                    } => tokio::task::spawn_blocking(move || {
+                        integrity::replay(data_dir, &session, verify, json)
+                    })
+                    .await
+                    .context("the replay thread failed")?,
                     Command::Keys {
                         command: KeysCommand::Rotate { data_dir },
                     } => integrity::rotate(data_dir).map(|()| done),

@@ -6,8 +6,8 @@
 
 pub mod lifecycle;
 pub mod passivate;
-mod receipt;
-mod seal;
+pub(crate) mod receipt;
+pub(crate) mod seal;
 mod sink;
 
 use std::sync::Arc;
@@ -264,6 +264,9 @@ pub enum SessionMsg {
         turn_id: TurnId,
         /// How it left.
         exit: Box<TurnExit>,
+        /// What the run consumed after its last journaled event (replay
+        /// tape), for its exit batch.
+        tape: Box<berth_runtime::tape::Tape>,
     },
 }
 
@@ -460,9 +463,11 @@ impl SessionActor {
             SessionMsg::Prompt { prompt, reply } => {
                 lifecycle::prompt::start(&myself, state, prompt, reply).await
             }
-            SessionMsg::TurnFinished { turn_id, exit } => {
-                lifecycle::prompt::finish(&myself, state, turn_id, *exit).await
-            }
+            SessionMsg::TurnFinished {
+                turn_id,
+                exit,
+                tape,
+            } => lifecycle::prompt::finish(&myself, state, turn_id, *exit, *tape).await,
             SessionMsg::Suspend { params, reply } => {
                 lifecycle::suspend::suspend(state, params, reply).await
             }

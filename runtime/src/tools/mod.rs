@@ -150,8 +150,9 @@ pub struct FileChange {
     pub after: Option<String>,
 }
 
-/// Typed tool failures; the model reads them as error results.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
+/// Typed tool failures; the model reads them as error results. Journaled
+/// on the replay tape as they serialize here (`{"error": "unknown_tool", …}`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[serde(tag = "error", rename_all = "snake_case")]
 pub enum ToolError {
     /// The model called a tool this session does not have.
@@ -330,6 +331,23 @@ impl ToolSet {
     /// Specs of all tools, sorted by name.
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|t| t.spec()).collect()
+    }
+
+    /// The tool names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.tools.keys().cloned().collect()
+    }
+
+    /// The same set with every tool replaced by `wrap(tool)` under the same
+    /// name (the replay tape's recorders, `berth replay`'s stand-ins).
+    pub fn wrapped(&self, wrap: impl Fn(&Arc<dyn Tool>) -> Arc<dyn Tool>) -> Self {
+        Self {
+            tools: self
+                .tools
+                .iter()
+                .map(|(name, tool)| (name.clone(), wrap(tool)))
+                .collect(),
+        }
     }
 }
 

@@ -32,6 +32,10 @@ use crate::error::{ControlError, ResumeConflict};
 use crate::node::{ResumeOutcome, ResumeParams};
 
 const METHOD: &str = "session/resume";
+/// What a parked turn's never-run calls read when a resume starts a fresh
+/// transcript instead of continuing it.
+pub(crate) const FRESH_TRANSCRIPT_WHY: &str =
+    "not run: the session was resumed with a fresh transcript";
 /// Longest quote of one message in a fresh-transcript digest (characters).
 const QUOTE_CHARS: usize = 400;
 
@@ -216,7 +220,7 @@ async fn claim(
                     state.transcript.len() as u64,
                     frame,
                     terminal,
-                    "not run: the session was resumed with a fresh transcript",
+                    FRESH_TRANSCRIPT_WHY,
                 );
                 prelude.batch = prelude.batch.merge(batch);
                 prelude.events = events;
@@ -345,7 +349,7 @@ fn conflict(
 }
 
 /// The prompt of a parked turn (its first user message).
-fn first_prompt(frame: &Frame) -> Prompt {
+pub(crate) fn first_prompt(frame: &Frame) -> Prompt {
     let text = frame
         .turn_messages
         .iter()
