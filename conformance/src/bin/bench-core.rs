@@ -156,12 +156,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, stderr_tail};
+use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, spawn_berth, stderr_tail};
 use berth_conformance::stats::LatencySummary;
 use berth_conformance::wire::{classify_frame, Frame};
 use berth_runtime::clock::{Clock, SystemClock};
@@ -171,7 +170,7 @@ use berth_storage::{Batch, Journal, JournalOptions};
 use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
 /// How long to wait for any single frame from the child before giving up.
@@ -463,39 +462,6 @@ impl EventTally {
         }
         *self.by_type.entry(kind).or_default() += 1;
     }
-}
-
-/// Starts `berth serve` on `data_dir` with the scripted model playing
-/// `script`, stdin and stdout piped, stderr to `stderr_path`.
-fn spawn_berth(
-    bin: &Path,
-    data_dir: &Path,
-    script: &Path,
-    stderr_path: &Path,
-    extra_args: &[&std::ffi::OsStr],
-) -> anyhow::Result<(Child, ChildStdin, ChildStdout)> {
-    let stderr = std::fs::File::create(stderr_path)
-        .with_context(|| format!("cannot create {}", stderr_path.display()))?;
-    let mut cmd = Command::new(bin);
-    cmd.arg("serve")
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("--model")
-        .arg(format!("scripted:{}", script.display()))
-        .args(extra_args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(stderr))
-        .kill_on_drop(true);
-    if std::env::var_os("BERTH_LOG").is_none() {
-        cmd.env("BERTH_LOG", "warn");
-    }
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start {} serve", bin.display()))?;
-    let stdin = child.stdin.take().context("child stdin was not piped")?;
-    let stdout = child.stdout.take().context("child stdout was not piped")?;
-    Ok((child, stdin, stdout))
 }
 
 /// A `berth serve` child spoken to over ACP on its stdio.

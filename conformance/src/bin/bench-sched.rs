@@ -153,12 +153,11 @@
 //! (`/proc/loadavg`) is printed before and after. The last line of output is
 //! a one-line JSON summary of everything printed.
 
-use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, stderr_tail};
+use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, spawn_berth, stderr_tail};
 use berth_conformance::wire::{classify_frame, Frame};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -178,7 +177,7 @@ use chrono::{DateTime, Utc};
 use clap::Parser;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
 // ---------------------------------------------------------------------------
@@ -499,27 +498,7 @@ impl AcpPipe {
         stderr_path: &Path,
         extra_args: &[&std::ffi::OsStr],
     ) -> anyhow::Result<Self> {
-        let stderr = std::fs::File::create(stderr_path)
-            .with_context(|| format!("cannot create {}", stderr_path.display()))?;
-        let mut cmd = Command::new(bin);
-        cmd.arg("serve")
-            .arg("--data-dir")
-            .arg(data_dir)
-            .arg("--model")
-            .arg(format!("scripted:{}", script.display()))
-            .args(extra_args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr))
-            .kill_on_drop(true);
-        if std::env::var_os("BERTH_LOG").is_none() {
-            cmd.env("BERTH_LOG", "warn");
-        }
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start {} serve", bin.display()))?;
-        let stdin = child.stdin.take().context("child stdin was not piped")?;
-        let stdout = child.stdout.take().context("child stdout was not piped")?;
+        let (child, stdin, stdout) = spawn_berth(bin, data_dir, script, stderr_path, extra_args)?;
         let (tx, frames) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             let mut lines = BufReader::with_capacity(1 << 16, stdout).lines();
