@@ -232,7 +232,10 @@ fn ctl_drives_suspend_ps_resume_over_the_websocket() {
     assert_eq!(r["activePrompt"], false);
     assert_eq!(r["suspension"]["handle"], json!(handle));
     assert_eq!(r["suspension"]["reason"], "review");
-    assert_eq!(r["suspension"]["actor"], "alice", "the token's actor, not a claim");
+    assert_eq!(
+        r["suspension"]["actor"], "alice",
+        "the token's actor, not a claim"
+    );
     assert_eq!(r["suspension"]["resumeWhen"]["onEvent"], "ci.passed");
     assert_eq!(
         r["suspension"]["resumeWhen"]["timeout"],
@@ -248,7 +251,10 @@ fn ctl_drives_suspend_ps_resume_over_the_websocket() {
         .unwrap_or_else(|| panic!("no row for {sid} in\n{text}"));
     assert!(text.starts_with("ID"), "{text}");
     assert!(line.contains("suspended"), "{line}");
-    assert!(line.contains("event ci.passed | timeout 1h30m → fail"), "{line}");
+    assert!(
+        line.contains("event ci.passed | timeout 1h30m → fail"),
+        "{line}"
+    );
 
     // show: the same facts, one session.
     let shown = server.ctl_json(OBSERVER, &["show", &sid]);
@@ -301,19 +307,23 @@ fn a_wrong_token_and_a_refused_role_exit_non_zero_with_the_remedy() {
     assert_eq!(bad.status.code(), Some(1));
     let err = stderr(&bad);
     assert!(err.contains("HTTP 401"), "{err}");
-    assert!(err.contains("BERTH_TOKEN"), "the remedy names the setting: {err}");
+    assert!(
+        err.contains("BERTH_TOKEN"),
+        "the remedy names the setting: {err}"
+    );
     let parsed: Value = serde_json::from_slice(&bad.stdout).unwrap();
-    assert!(parsed["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("401"));
+    assert!(parsed["error"]["message"].as_str().unwrap().contains("401"));
 
     let none = ctl_command(&server.url, "", &["ps"])
         .env_remove("BERTH_TOKEN")
         .output()
         .unwrap();
     assert_eq!(none.status.code(), Some(1));
-    assert!(stderr(&none).contains("no token was given"), "{}", stderr(&none));
+    assert!(
+        stderr(&none).contains("no token was given"),
+        "{}",
+        stderr(&none)
+    );
 
     // An observer may look but not suspend: -32011 with who it is and what
     // the method needs.
@@ -330,20 +340,32 @@ fn a_wrong_token_and_a_refused_role_exit_non_zero_with_the_remedy() {
     // The broadcast needs the host owner.
     let broadcast = server.ctl(CONTROLLER, &["suspend", "--all"]);
     assert_eq!(broadcast.status.code(), Some(1));
-    assert!(stderr(&broadcast).contains("needs host_owner"), "{}", stderr(&broadcast));
+    assert!(
+        stderr(&broadcast).contains("needs host_owner"),
+        "{}",
+        stderr(&broadcast)
+    );
 
     // An unknown session names the remedy.
     let unknown = server.ctl(CONTROLLER, &["cancel", "sess_nope"]);
     assert_eq!(unknown.status.code(), Some(1));
     assert!(stderr(&unknown).contains("-32004"), "{}", stderr(&unknown));
-    assert!(stderr(&unknown).contains("berth ctl ps"), "{}", stderr(&unknown));
+    assert!(
+        stderr(&unknown).contains("berth ctl ps"),
+        "{}",
+        stderr(&unknown)
+    );
 
     // Nothing listens: the error says what to check.
     let gone = ctl_command("ws://127.0.0.1:1/acp", CONTROLLER, &["ps"])
         .output()
         .unwrap();
     assert_eq!(gone.status.code(), Some(1));
-    assert!(stderr(&gone).contains("cannot reach berth"), "{}", stderr(&gone));
+    assert!(
+        stderr(&gone).contains("cannot reach berth"),
+        "{}",
+        stderr(&gone)
+    );
 }
 
 #[test]
@@ -394,17 +416,29 @@ fn prompt_steer_cancel_and_tail_follow_a_live_turn() {
             break;
         }
     }
-    let steered = server.ctl_json(CONTROLLER, &["steer", &sid, "slow", "down,", "prefer", "the", "smaller", "fix", "--wait"]);
+    let steered = server.ctl_json(
+        CONTROLLER,
+        &[
+            "steer", &sid, "slow", "down,", "prefer", "the", "smaller", "fix", "--wait",
+        ],
+    );
     assert_eq!(steered["status"], "delivered", "{steered}");
     let cancelled = server.ctl_json(CONTROLLER, &["cancel", &sid]);
     assert_eq!(cancelled["status"], "cancelled");
     assert_eq!(server.until(3)["result"]["stopReason"], "cancelled");
     let idle = server.ctl(CONTROLLER, &["steer", &sid, "too late"]);
     assert_eq!(idle.status.code(), Some(1));
-    assert!(stderr(&idle).contains("needs a running turn"), "{}", stderr(&idle));
+    assert!(
+        stderr(&idle).contains("needs a running turn"),
+        "{}",
+        stderr(&idle)
+    );
 
     // event emit reaches the server.
-    let emitted = server.ctl_json(CONTROLLER, &["event", "emit", "ci.passed", "--data", "{\"ok\":true}"]);
+    let emitted = server.ctl_json(
+        CONTROLLER,
+        &["event", "emit", "ci.passed", "--data", "{\"ok\":true}"],
+    );
     assert!(emitted["seq"].is_u64(), "{emitted}");
 
     // Closing ends the tail, which saw the whole conversation live.
@@ -412,7 +446,11 @@ fn prompt_steer_cancel_and_tail_follow_a_live_turn() {
     let status = wait_with_timeout(&mut tail, Duration::from_secs(20));
     assert_eq!(status, Some(0), "tail ends when the session closes");
     let mut out = String::new();
-    tail.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    tail.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     for needle in [
         "agent: hi from the script",
         "turn ",

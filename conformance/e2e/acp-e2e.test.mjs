@@ -299,10 +299,11 @@ test("berth serve end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 12
     assert.equal(entry.cwd, workDir);
     assert.equal(entry.title, "shell and write");
     assert.ok(!Number.isNaN(Date.parse(entry.updatedAt)), `updatedAt ${entry.updatedAt}`);
-    // Facts for operators (`berth ctl ps`): state word, labels, creation,
-    // and what the sealed turns spent.
-    const { state, labels, createdAt, spend, ...berthCore } = entry._meta?.berth ?? {};
+    // Facts for operators (`berth ctl ps`): state word, labels, creation
+    // (and the creating actor), and what the sealed turns spent.
+    const { state, labels, createdAt, createdBy, spend, ...berthCore } = entry._meta?.berth ?? {};
     assert.equal(state, "idle");
+    assert.equal(typeof createdBy, "string", `createdBy ${createdBy}`);
     assert.deepEqual(labels, []);
     assert.ok(!Number.isNaN(Date.parse(createdAt)), `createdAt ${createdAt}`);
     for (const key of ["inputTokens", "outputTokens", "toolCalls", "costMicroUsd", "wallMs"]) {

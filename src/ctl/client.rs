@@ -365,7 +365,10 @@ impl Client {
 
     /// Why the connection ended (`None` while it is open).
     pub fn close_reason(&self) -> Option<String> {
-        self.closed.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.closed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn gone(&self, method: &str) -> String {
@@ -545,7 +548,9 @@ async fn open_websocket(
 
 /// A rustls client config trusting the public web roots plus the
 /// certificates in `ca_cert`.
-fn tls_config(ca_cert: Option<&std::path::Path>) -> anyhow::Result<tokio_rustls::rustls::ClientConfig> {
+fn tls_config(
+    ca_cert: Option<&std::path::Path>,
+) -> anyhow::Result<tokio_rustls::rustls::ClientConfig> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::CertificateDer;
     use tokio_rustls::rustls;
@@ -560,9 +565,9 @@ fn tls_config(ca_cert: Option<&std::path::Path>) -> anyhow::Result<tokio_rustls:
             anyhow::bail!("--ca-cert {}: no certificate in it", path.display());
         }
         for cert in certs {
-            roots
-                .add(cert)
-                .with_context(|| format!("--ca-cert {}: a certificate is invalid", path.display()))?;
+            roots.add(cert).with_context(|| {
+                format!("--ca-cert {}: a certificate is invalid", path.display())
+            })?;
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -600,8 +605,14 @@ fn spawn_websocket(
                 }
                 Some(Ok(Message::Close(frame))) => {
                     break match frame {
-                        Some(f) if f.reason.is_empty() => format!("closed by the server (code {})", u16::from(f.code)),
-                        Some(f) => format!("closed by the server (code {}: {})", u16::from(f.code), f.reason),
+                        Some(f) if f.reason.is_empty() => {
+                            format!("closed by the server (code {})", u16::from(f.code))
+                        }
+                        Some(f) => format!(
+                            "closed by the server (code {}: {})",
+                            u16::from(f.code),
+                            f.reason
+                        ),
                         None => "closed by the server".to_owned(),
                     };
                 }
@@ -627,7 +638,11 @@ fn spawn_unix(
     let (read, mut write) = stream.into_split();
     tokio::spawn(async move {
         while let Some(frame) = outbound.recv().await {
-            if write.write_all(format!("{frame}\n").as_bytes()).await.is_err() {
+            if write
+                .write_all(format!("{frame}\n").as_bytes())
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -658,7 +673,10 @@ mod tests {
 
     #[test]
     fn server_forms_become_the_acp_websocket_url() {
-        assert_eq!(ws_url("ws://127.0.0.1:9/acp").unwrap(), "ws://127.0.0.1:9/acp");
+        assert_eq!(
+            ws_url("ws://127.0.0.1:9/acp").unwrap(),
+            "ws://127.0.0.1:9/acp"
+        );
         assert_eq!(ws_url("127.0.0.1:9").unwrap(), "ws://127.0.0.1:9/acp");
         assert_eq!(ws_url("http://h:9/").unwrap(), "ws://h:9/acp");
         assert_eq!(ws_url("https://h:9").unwrap(), "wss://h:9/acp");

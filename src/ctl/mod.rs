@@ -301,9 +301,7 @@ async fn execute(args: CtlArgs) -> anyhow::Result<()> {
             fresh,
             wait,
         } => {
-            let input = input
-                .map(|text| parse_json("--input", &text))
-                .transpose()?;
+            let input = input.map(|text| parse_json("--input", &text)).transpose()?;
             resume(&client, out, &id, input, fresh, wait).await
         }
         CtlCommand::Cancel { id } => cancel(&client, out, &id).await,
@@ -425,7 +423,8 @@ async fn answer_request(client: &Client, out: Output, id: Value, method: &str, p
         .and_then(Value::as_str)
         .unwrap_or("a tool call")
         .to_owned();
-    let interactive = !out.json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let interactive =
+        !out.json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let allow = if interactive {
         let question = format!("berth: allow {title}? [y/N] ");
         tokio::task::spawn_blocking(move || {
@@ -507,7 +506,8 @@ async fn tail(
                     let Some(message) = message else {
                         break anyhow::anyhow!(
                             "{}",
-                            conn.close_reason().unwrap_or_else(|| "connection ended".into())
+                            conn.close_reason()
+                                .unwrap_or_else(|| "connection ended".into())
                         );
                     };
                     match message {
@@ -545,7 +545,10 @@ async fn tail(
         loop {
             retries += 1;
             if retries > 5 {
-                anyhow::bail!("lost the connection to {} and could not get it back: {why}", endpoint.describe());
+                anyhow::bail!(
+                    "lost the connection to {} and could not get it back: {why}",
+                    endpoint.describe()
+                );
             }
             let wait = std::time::Duration::from_millis(250 << retries);
             eprintln!(
@@ -659,7 +662,13 @@ async fn prompt(client: &Client, out: Output, id: &str, text: &str) -> anyhow::R
                 }
                 return;
             }
-            if out.json || update["sessionUpdate"] == "user_message_chunk" && update.get("messageId").is_none() {
+            // The prompt's own echo and the turn's end (printed below as the
+            // answer) are not repeated.
+            if out.json
+                || update["sessionUpdate"] == "user_message_chunk"
+                    && update.get("messageId").is_none()
+                || method == AGENT_EVENT && params["type"] == "turn_ended"
+            {
                 return;
             }
             if let Some(line) = render::event_line(method, params) {
@@ -701,7 +710,13 @@ async fn prompt(client: &Client, out: Output, id: &str, text: &str) -> anyhow::R
     Ok(())
 }
 
-async fn steer(client: &Client, out: Output, id: &str, text: &str, wait: bool) -> anyhow::Result<()> {
+async fn steer(
+    client: &Client,
+    out: Output,
+    id: &str,
+    text: &str,
+    wait: bool,
+) -> anyhow::Result<()> {
     let answer = client
         .request(
             "session/inject",
@@ -718,7 +733,9 @@ async fn steer(client: &Client, out: Output, id: &str, text: &str, wait: bool) -
         });
         return Ok(());
     }
-    let mut spinner = Spinner::start(format!("{id}: waiting for the turn to take in {message_id}"));
+    let mut spinner = Spinner::start(format!(
+        "{id}: waiting for the turn to take in {message_id}"
+    ));
     let outcome = loop {
         let Some(message) = client.next_message().await else {
             anyhow::bail!(
@@ -727,7 +744,12 @@ async fn steer(client: &Client, out: Output, id: &str, text: &str, wait: bool) -
             );
         };
         let Incoming::Notification { method, params } = message else {
-            if let Incoming::Request { id: rid, method, params } = message {
+            if let Incoming::Request {
+                id: rid,
+                method,
+                params,
+            } = message
+            {
                 spinner.clear();
                 answer_request(client, out, rid, &method, params).await;
             }
@@ -762,7 +784,9 @@ async fn steer(client: &Client, out: Output, id: &str, text: &str, wait: bool) -
 
 async fn suspend(client: &Client, out: Output, id: &str, params: Value) -> anyhow::Result<()> {
     let mode = params["mode"].as_str().unwrap_or("finish_step").to_owned();
-    let mut spinner = Spinner::start(format!("{id}: waiting for the suspension to commit (mode {mode})"));
+    let mut spinner = Spinner::start(format!(
+        "{id}: waiting for the suspension to commit (mode {mode})"
+    ));
     let request = client.request("session/suspend", params);
     let answer = stream_while(
         client,
@@ -772,7 +796,9 @@ async fn suspend(client: &Client, out: Output, id: &str, params: Value) -> anyho
         request,
         |method, params, spinner| {
             if method == AGENT_EVENT && params["type"] == "suspend_requested" {
-                spinner.set(format!("{id}: quiescing, waiting for the turn's seam (mode {mode})"));
+                spinner.set(format!(
+                    "{id}: quiescing, waiting for the turn's seam (mode {mode})"
+                ));
             }
         },
         false,
@@ -783,7 +809,11 @@ async fn suspend(client: &Client, out: Output, id: &str, params: Value) -> anyho
         let already = answer.pointer("/_meta/berth/alreadySuspended") == Some(&json!(true));
         format!(
             "{} {id}: handle {}, since {}; resume when: {}",
-            if already { "already suspended" } else { "suspended" },
+            if already {
+                "already suspended"
+            } else {
+                "suspended"
+            },
             answer["handle"].as_str().unwrap_or("?"),
             answer["suspendedAt"].as_str().unwrap_or("?"),
             render::conditions(answer.get("resumeWhen")),
@@ -862,7 +892,11 @@ async fn resume(
             );
         };
         match message {
-            Incoming::Request { id: rid, method, params } => {
+            Incoming::Request {
+                id: rid,
+                method,
+                params,
+            } => {
                 spinner.clear();
                 answer_request(client, out, rid, &method, params).await;
             }
@@ -907,9 +941,10 @@ async fn close(client: &Client, out: Output, id: &str) -> anyhow::Result<()> {
     let answer = client
         .request("session/close", json!({"sessionId": id}))
         .await?;
-    out.print(&json!({"sessionId": id, "closed": true, "result": answer}), || {
-        format!("closed {id}")
-    });
+    out.print(
+        &json!({"sessionId": id, "closed": true, "result": answer}),
+        || format!("closed {id}"),
+    );
     Ok(())
 }
 
@@ -927,7 +962,11 @@ async fn emit(client: &Client, out: Output, name: &str, data: Value) -> anyhow::
                     "{} ({}{})",
                     w["sessionId"].as_str().unwrap_or("?"),
                     w["handle"].as_str().unwrap_or("?"),
-                    if w["resumed"] == json!(true) { "" } else { ", not resumed" }
+                    if w["resumed"] == json!(true) {
+                        ""
+                    } else {
+                        ", not resumed"
+                    }
                 )
             })
             .collect();

@@ -397,10 +397,14 @@ pub fn event_line(method: &str, params: &Value) -> Option<String> {
                     format!("agent thinks: {}", content_text(&update["content"]))
                 }
                 "tool_call" => format!(
-                    "tool call {} {} ({})",
+                    "tool call {} {}{}",
                     text(&update["toolCallId"]),
                     text(&update["title"]),
-                    text(&update["status"])
+                    update
+                        .get("status")
+                        .and_then(Value::as_str)
+                        .map(|s| format!(" ({s})"))
+                        .unwrap_or_default()
                 ),
                 "tool_call_update" => {
                     let mut line = format!(
@@ -414,7 +418,13 @@ pub fn event_line(method: &str, params: &Value) -> Option<String> {
                         .and_then(|c| c.pointer("/content/text"))
                         .and_then(Value::as_str)
                     {
-                        let first: String = first.lines().next().unwrap_or("").chars().take(120).collect();
+                        let first: String = first
+                            .lines()
+                            .next()
+                            .unwrap_or("")
+                            .chars()
+                            .take(120)
+                            .collect();
                         line.push_str(&format!(": {first}"));
                     }
                     line

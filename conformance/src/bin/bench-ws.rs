@@ -159,7 +159,12 @@ impl Conn {
                     let text = match message {
                         Ok(Message::Text(text)) => text,
                         Ok(Message::Close(frame)) => {
-                            if let Some(frame) = frame {
+                            // berth closes every connection on SIGTERM (1001)
+                            // once the run is over; before that a close is an
+                            // error (1008 slow reader, 1001 silent, …).
+                            if let Some(frame) =
+                                frame.filter(|_| !counters.finished.load(Ordering::Acquire))
+                            {
                                 counters.note_error(format!(
                                     "closed by berth: {} {}",
                                     u16::from(frame.code),
@@ -181,10 +186,8 @@ impl Conn {
                     };
                     if frame.get("method").is_some() {
                         if frame.get("id").is_some() {
-                            counters.note_error(format!(
-                                "berth sent a request: {}",
-                                frame["method"]
-                            ));
+                            counters
+                                .note_error(format!("berth sent a request: {}", frame["method"]));
                         }
                         continue;
                     }
@@ -221,7 +224,11 @@ impl Conn {
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, tx);
         let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        if self.out.send(Message::Text(frame.to_string().into())).is_err() {
+        if self
+            .out
+            .send(Message::Text(frame.to_string().into()))
+            .is_err()
+        {
             bail!("{method}: the connection is closed");
         }
         let frame = match tokio::time::timeout(self.timeout, rx).await {
@@ -250,6 +257,8 @@ impl Conn {
 /// Run-wide counters.
 #[derive(Default)]
 struct Counters {
+    /// Set before berth is stopped: closes after it are expected.
+    finished: AtomicBool,
     frames: AtomicU64,
     steers_acked: AtomicU64,
     steers_idle: AtomicU64,
@@ -442,7 +451,9 @@ async fn run(args: &Args) -> anyhow::Result<bool> {
 
     // Sessions.
     let setup = Conn::open(&url, &counters, timeout).await?;
-    setup.ok("initialize", json!({"protocolVersion": 1})).await?;
+    setup
+        .ok("initialize", json!({"protocolVersion": 1}))
+        .await?;
     let mut session_ids = Vec::with_capacity(args.sessions);
     for _ in 0..args.sessions {
         let created = setup
@@ -530,13 +541,14 @@ async fn run(args: &Args) -> anyhow::Result<bool> {
                 }
                 return;
             }
-            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (i as u64 + 1) * 0x2545_F491_4F6C_DD1D);
+            let mut rng =
+                Rng(0x9E37_79B9_7F4A_7C15 ^ (i as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
             // Start spread over one pause so the storm is not in lock-step.
             tokio::time::sleep(Duration::from_millis(rng.next() % pause)).await;
             let mut n = 0u64;
             while Instant::now() < deadline && !conn.closed.load(Ordering::Acquire) {
                 n += 1;
-                let cancel = rng.next() % cancel_every == 0;
+                let cancel = rng.next().is_multiple_of(cancel_every);
                 let at = Instant::now();
                 if cancel {
                     match conn.call("session/cancel", json!({"sessionId": sid})).await {
@@ -561,7 +573,8 @@ async fn run(args: &Args) -> anyhow::Result<bool> {
                     match conn.call("session/inject", steer).await {
                         Ok(Reply::Result(r)) => {
                             let Some(id) = r["messageId"].as_str() else {
-                                counters.note_error(format!("an inject answer without messageId: {r}"));
+                                counters
+                                    .note_error(format!("an inject answer without messageId: {r}"));
                                 continue;
                             };
                             acked[s]
@@ -616,9 +629,13 @@ async fn run(args: &Args) -> anyhow::Result<bool> {
     stop.store(true, Ordering::Release);
     let storm_secs = storm_started.elapsed().as_secs_f64();
     let closer = Conn::open(&url, &counters, timeout).await?;
-    closer.ok("initialize", json!({"protocolVersion": 1})).await?;
+    closer
+        .ok("initialize", json!({"protocolVersion": 1}))
+        .await?;
     for (s, sid) in session_ids.iter().enumerate() {
-        closer.ok("session/cancel", json!({"sessionId": sid})).await?;
+        closer
+            .ok("session/cancel", json!({"sessionId": sid}))
+            .await?;
         acked[s].cancels.fetch_add(1, Ordering::Relaxed);
     }
     let drained = tokio::time::timeout(Duration::from_secs(60), async {
@@ -670,6 +687,8 @@ async fn run(args: &Args) -> anyhow::Result<bool> {
     let verify_secs = verify_started.elapsed().as_secs_f64();
 
     sampler.abort();
+    closer.close();
+    counters.finished.store(true, Ordering::Release);
     // SIGTERM and wait: a clean stop.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(berth.pid as i32),
@@ -734,7 +753,7 @@ async fn run(args: &Args) -> anyhow::Result<bool> {
     let peak = samples.iter().map(|s| s.1).max().unwrap_or(0);
     let series: Vec<String> = samples
         .iter()
-        .filter(|(t, _)| (*t as u64) % 10 == 0)
+        .filter(|(t, _)| (*t as u64).is_multiple_of(10))
         .map(|(t, kib)| format!("{:.0}s:{}", t, kib / 1024))
         .collect();
     println!(
@@ -840,7 +859,10 @@ async fn replay(url: &str, sid: &str, timeout: Duration) -> anyhow::Result<Journ
         let event = &params["event"];
         match params["type"].as_str() {
             Some("injection_accepted") => {
-                if let Some(id) = event.pointer("/injection/message_id").and_then(Value::as_str) {
+                if let Some(id) = event
+                    .pointer("/injection/message_id")
+                    .and_then(Value::as_str)
+                {
                     journal.accepted.insert(id.to_owned());
                 }
             }
