@@ -97,6 +97,11 @@ struct Args {
     /// error (s).
     #[arg(long, default_value_t = 30)]
     request_timeout_secs: u64,
+    /// berth's redb page cache (MiB; `journal_cache_mib`, default 256). It
+    /// fills as the journal grows and counts towards RSS: a smaller one
+    /// shows what the rest of the process holds.
+    #[arg(long, default_value_t = 256)]
+    journal_cache_mib: u64,
 }
 
 #[tokio::main]
@@ -309,15 +314,18 @@ struct Berth {
     stderr_path: PathBuf,
 }
 
-async fn start_berth(dir: &Path) -> anyhow::Result<Berth> {
+async fn start_berth(dir: &Path, journal_cache_mib: u64) -> anyhow::Result<Berth> {
     let bin = host::berth_binary("BERTH_BIN=…")?;
     let script = dir.join("script.toml");
     std::fs::write(&script, SCRIPT)?;
     let config = dir.join("berth.toml");
     std::fs::write(
         &config,
-        "[http]\nlisten = \"127.0.0.1:0\"\nmax_connections = 4096\n\n\
-         [http.websocket]\nmax_connections = 4096\n",
+        format!(
+            "journal_cache_mib = {journal_cache_mib}\n\n\
+             [http]\nlisten = \"127.0.0.1:0\"\nmax_connections = 4096\n\n\
+             [http.websocket]\nmax_connections = 4096\n"
+        ),
     )?;
     let stderr_path = dir.join("berth.stderr");
     let mut child = tokio::process::Command::new(&bin)
@@ -410,19 +418,20 @@ async fn run(args: &Args) -> anyhow::Result<bool> {
     }
     raise_fd_limit(args.clients as u64 + 512)?;
     println!(
-        "bench-ws: {} clients over {} sessions, {} s storm (pause ~{} ms, 1 cancel in {}), {} CPUs, load {}",
+        "bench-ws: {} clients over {} sessions, {} s storm (pause ~{} ms, 1 cancel in {}), journal cache {} MiB, {} CPUs, load {}",
         args.clients,
         args.sessions,
         args.duration_secs,
         args.pause_ms,
         args.cancel_every,
+        args.journal_cache_mib,
         host::cpus(),
         host::load_average().unwrap_or_else(|| "?".into())
     );
     let dir = tempfile::tempdir()?;
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work)?;
-    let mut berth = start_berth(dir.path()).await?;
+    let mut berth = start_berth(dir.path(), args.journal_cache_mib).await?;
     let url = format!("ws://{}/acp", berth.addr);
     let counters = Arc::new(Counters::default());
     let timeout = Duration::from_secs(args.request_timeout_secs);
@@ -785,6 +794,20 @@ async fn run(args: &Args) -> anyhow::Result<bool> {
     if !stopped_cleanly {
         println!("{}", host::stderr_tail(&berth.stderr_path));
     }
+    let journal_bytes: u64 = std::fs::read_dir(dir.path().join("data"))
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    println!(
+        "data dir after the run: {} MiB",
+        journal_bytes / (1024 * 1024)
+    );
     let ok = lost_steers == 0 && lost_cancels == 0 && errors == 0 && stopped_cleanly;
     println!("{}", if ok { "PASS" } else { "FAIL" });
     Ok(ok)
