@@ -423,9 +423,34 @@ fn prompt_steer_cancel_and_tail_follow_a_live_turn() {
         ],
     );
     assert_eq!(steered["status"], "delivered", "{steered}");
+    // Suspend the running turn: answered once it parked at its seam.
+    let parked = server.ctl_json(
+        CONTROLLER,
+        &["suspend", &sid, "--mode", "interrupt_immediate"],
+    );
+    let handle = parked["handle"].clone();
+    assert!(handle.is_string(), "{parked}");
+    let prompt = server.until(3);
+    assert_eq!(prompt["result"]["stopReason"], "end_turn", "{prompt}");
+    assert_eq!(
+        prompt["result"]["_meta"]["berth"]["terminal"]["kind"],
+        "suspended"
+    );
+    let r = row(&server, &sid);
+    assert_eq!(
+        (r["state"].as_str(), r["activePrompt"].as_bool()),
+        (Some("suspended"), Some(false)),
+        "{r}"
+    );
+    // Resume continues the parked turn; cancel stops it.
+    let resumed = server.ctl_json(CONTROLLER, &["resume", &sid]);
+    assert_eq!(resumed["handle"], handle);
+    assert!(
+        resumed["turnId"].is_string(),
+        "the parked turn runs again: {resumed}"
+    );
     let cancelled = server.ctl_json(CONTROLLER, &["cancel", &sid]);
     assert_eq!(cancelled["status"], "cancelled");
-    assert_eq!(server.until(3)["result"]["stopReason"], "cancelled");
     let idle = server.ctl(CONTROLLER, &["steer", &sid, "too late"]);
     assert_eq!(idle.status.code(), Some(1));
     assert!(
@@ -455,6 +480,9 @@ fn prompt_steer_cancel_and_tail_follow_a_live_turn() {
         "agent: hi from the script",
         "turn ",
         "(injected ",
+        "suspend requested: ",
+        "suspended: ",
+        "resumed: ",
         "control session/cancel accepted cancelled by alice",
         "session closed",
     ] {

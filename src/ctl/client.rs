@@ -351,6 +351,13 @@ impl Client {
         let _ = self.outbound.send(frame.to_string());
     }
 
+    /// Answers a request the server sent with a JSON-RPC error.
+    pub fn answer_error(&self, id: &Value, code: i64, message: &str) {
+        let frame =
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+        let _ = self.outbound.send(frame.to_string());
+    }
+
     /// The next notification or server request; `None` once the connection
     /// ended ([`Client::close_reason`] says why). Cancel-safe (a message is
     /// never lost when the future is dropped).

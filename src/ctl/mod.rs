@@ -216,11 +216,23 @@ async fn execute(args: CtlArgs) -> anyhow::Result<()> {
     // Usage problems are reported before anything is sent.
     let command = args.command;
     if let CtlCommand::Suspend {
-        all, label, ids, ..
+        all,
+        label,
+        ids,
+        timeout,
+        on_event,
+        ..
     } = &command
     {
         if !all && label.is_none() && ids.is_empty() {
             anyhow::bail!("say which sessions: a session id, several ids, --label L or --all");
+        }
+        let broadcast = *all || label.is_some() || ids.len() > 1;
+        if broadcast && (timeout.is_some() || on_event.is_some()) {
+            anyhow::bail!(
+                "--timeout and --on-event apply to one session; a broadcast (--all, --label, \
+                 several ids) parks until each is resumed"
+            );
         }
     }
     let client = Client::connect(&args.endpoint).await?;
@@ -252,12 +264,6 @@ async fn execute(args: CtlArgs) -> anyhow::Result<()> {
         } => {
             let broadcast = all || label.is_some() || ids.len() > 1;
             if broadcast {
-                if timeout.is_some() || on_event.is_some() {
-                    anyhow::bail!(
-                        "--timeout and --on-event apply to one session; a broadcast (--all, --label, \
-                         several ids) parks until each is resumed"
-                    );
-                }
                 let mut params = json!({"mode": mode, "reason": reason});
                 if all {
                     params["all"] = json!(true);
@@ -415,7 +421,7 @@ async fn show(client: &Client, out: Output, id: &str) -> anyhow::Result<()> {
 /// rejects, saying so on stderr.
 async fn answer_request(client: &Client, out: Output, id: Value, method: &str, params: Value) {
     if method != "session/request_permission" {
-        client.answer(&id, Value::Null);
+        client.answer_error(&id, -32601, &format!("berth ctl does not serve {method}"));
         return;
     }
     let title = params
@@ -595,8 +601,7 @@ where
     F: std::future::Future<Output = anyhow::Result<Value>>,
 {
     tokio::pin!(request);
-    let interrupted = tokio::signal::ctrl_c();
-    tokio::pin!(interrupted);
+    let mut interrupted = Box::pin(tokio::signal::ctrl_c());
     let mut interrupt_sent = false;
     let mut ended = false;
     let result = loop {
@@ -615,9 +620,17 @@ where
                 // The request fails with the close reason next.
                 None => ended = true,
             },
-            _ = &mut interrupted, if cancel_on_interrupt && !interrupt_sent => {
+            // The first Ctrl-C of a prompt cancels its turn (and waits for
+            // the cancelled answer); any other stops waiting. A request
+            // already sent stands either way.
+            _ = &mut interrupted => {
+                if !cancel_on_interrupt || interrupt_sent {
+                    spinner.clear();
+                    anyhow::bail!("interrupted; the request was sent and stands (`berth ctl show {id}`)");
+                }
                 interrupt_sent = true;
-                spinner.set("cancelling the turn");
+                interrupted = Box::pin(tokio::signal::ctrl_c());
+                spinner.set("cancelling the turn (Ctrl-C again to stop waiting)");
                 eprintln!("berth: cancelling the turn of {id}");
                 client.notify("session/cancel", json!({"sessionId": id}))?;
             }
