@@ -40,6 +40,7 @@ const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
 /// Where the running server is (`berth ctl …`, `berth event emit`,
 /// `berth schedule …`).
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Connection")]
 pub struct Endpoint {
     /// The server's ACP WebSocket: `ws://HOST:PORT/acp` or `wss://…`
     /// (`http(s)://HOST:PORT` and a bare `HOST:PORT` are read as its `/acp`).
