@@ -48,7 +48,13 @@ struct Server {
 
 impl Server {
     fn start() -> Self {
+        Self::start_with(|_| Vec::new())
+    }
+
+    /// Starts with extra `serve` arguments made in the temp dir (TLS files).
+    fn start_with(extra: impl FnOnce(&std::path::Path) -> Vec<std::ffi::OsString>) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        let extra = extra(dir.path());
         let data = dir.path().join("data");
         let cwd = dir.path().join("work");
         let script = dir.path().join("s.toml");
@@ -59,6 +65,7 @@ impl Server {
             .arg(&data)
             .arg("--model")
             .arg(format!("scripted:{}", script.display()))
+            .args(extra)
             .env(
                 "BERTH_API_KEYS",
                 format!("{CONTROLLER}=alice:controller,{OBSERVER}=grafana:observer,{OWNER}=root:host_owner"),
@@ -81,26 +88,32 @@ impl Server {
                 }
             }
         });
-        // "berth: listening on http://127.0.0.1:PORT" names the port.
+        // "berth: listening on http(s)://127.0.0.1:PORT" names the port.
         let (addr_tx, addr_rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut addr_tx = Some(addr_tx);
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.strip_prefix("berth: listening on http://") {
-                    if let Some(tx) = addr_tx.take() {
-                        let _ = tx.send(rest.trim().to_owned());
-                    }
+                let found = line
+                    .strip_prefix("berth: listening on http://")
+                    .map(|rest| format!("ws://{}/acp", rest.trim()))
+                    .or_else(|| {
+                        line.strip_prefix("berth: listening on https://")
+                            .map(|rest| format!("wss://{}/acp", rest.trim()))
+                    });
+                if let (Some(url), Some(tx)) = (found, addr_tx.as_ref()) {
+                    let _ = tx.send(url);
+                    addr_tx = None;
                 }
             }
         });
-        let addr = addr_rx
+        let url = addr_rx
             .recv_timeout(Duration::from_secs(30))
             .expect("berth serve announces its listener");
         let mut server = Self {
             child,
             stdin,
             frames,
-            url: format!("ws://{addr}/acp"),
+            url,
             data,
             _dir: dir,
             cwd,
@@ -515,4 +528,58 @@ fn wait_with_timeout(child: &mut Child, limit: Duration) -> Option<i32> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn ctl_speaks_wss_trusting_the_given_ca() {
+    // A self-signed end-entity certificate for 127.0.0.1 (not a CA: webpki
+    // refuses a CA certificate as the server's own), made with the openssl
+    // CLI.
+    let server = Server::start_with(|dir| {
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        let made = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ])
+            .args(["-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+            .args(["-addext", "basicConstraints=critical,CA:FALSE", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run openssl");
+        assert!(made.success(), "openssl made no certificate");
+        vec![
+            "--tls-cert".into(),
+            cert.into_os_string(),
+            "--tls-key".into(),
+            key.into_os_string(),
+        ]
+    });
+    assert!(server.url.starts_with("wss://"), "{}", server.url);
+    let cert = server.data.parent().unwrap().join("cert.pem");
+
+    // Without the CA the server's certificate is not trusted: the error
+    // says how to trust it.
+    let untrusted = server.ctl(CONTROLLER, &["ps"]);
+    assert_eq!(untrusted.status.code(), Some(1));
+    assert!(
+        stderr(&untrusted).contains("--ca-cert"),
+        "{}",
+        stderr(&untrusted)
+    );
+
+    let mut command = ctl_command(&server.url, CONTROLLER, &["ps", "--json", "--ca-cert"]);
+    let trusted = command.arg(&cert).output().unwrap();
+    assert!(trusted.status.success(), "{}", stderr(&trusted));
+    let listed: Value = serde_json::from_slice(&trusted.stdout).unwrap();
+    assert!(listed["sessions"].is_array(), "{listed}");
 }

@@ -550,6 +550,11 @@ async fn open_websocket(
         Err(tungstenite::Error::Tls(e)) => anyhow::bail!(
             "TLS with {url} failed: {e}; for a self-signed server certificate pass --ca-cert PEM"
         ),
+        // rustls failures arrive as I/O errors of the stream.
+        Err(e) if e.to_string().contains("certificate") => anyhow::bail!(
+            "TLS with {url} failed: {e}; for a self-signed server certificate pass --ca-cert PEM \
+             (an end-entity certificate, or the CA that issued it)"
+        ),
         Err(e) => Err(anyhow::Error::new(e).context(format!("cannot connect to {url}"))),
     }
 }
