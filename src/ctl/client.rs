@@ -142,6 +142,9 @@ impl RpcFailure {
             -32009 => match self.reason() {
                 Some("not_suspended") => "the session is not suspended; `berth ctl ps` shows its state".into(),
                 Some("already_resumed") => "another resume claimed this suspension first".into(),
+                Some("handle_mismatch") => "that handle is not the session's current suspension \
+                     (data.currentHandle is); `berth ctl show ID` shows it"
+                    .into(),
                 _ => return None,
             },
             -32010 => "the session is suspended; resume it first with `berth ctl resume ID`".into(),
