@@ -3,8 +3,10 @@
 //! Black-box checks and measurements of a live `berth`: ACP scenarios driven
 //! over the wire, end-to-end tests with third-party clients (`e2e/`), and the
 //! benchmark binaries `bench-core` (`src/bin/bench-core.rs`: turn, journal,
-//! inject and suspend/resume costs) and `bench-sched` (`src/bin/bench-sched.rs`:
-//! wake-up lateness, timer arming, a million pending timers).
+//! inject and suspend/resume costs), `bench-sched` (`src/bin/bench-sched.rs`:
+//! wake-up lateness, timer arming, a million pending timers) and `bench-ws`
+//! (`src/bin/bench-ws.rs`: 1,000 WebSocket clients under a steer/cancel
+//! storm, no acknowledged control lost, RSS over time).
 //!
 //! The library part holds helpers those binaries share: [`stats`] (the
 //! latency summary the benchmarks print), [`host`] (finding the binary,
