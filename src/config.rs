@@ -169,6 +169,7 @@ pub struct FileConfig {
     max_model_calls: Option<u32>,
     quick_repair: Option<bool>,
     journal_cache_mib: Option<u32>,
+    passivate_after_ms: Option<u64>,
     completion_judge: Option<bool>,
     require_approval: Option<Vec<String>>,
     #[serde(default)]
@@ -206,6 +207,7 @@ pub struct Settings {
     pub max_model_calls: u32,
     pub quick_repair: bool,
     pub journal_cache_bytes: usize,
+    pub passivate_after_ms: Option<u64>,
     pub completion_judge: bool,
     pub require_approval: Vec<String>,
     pub acp: ServeOptions,
@@ -488,6 +490,7 @@ impl FileConfig {
                 .map_or(berth_storage::DEFAULT_CACHE_BYTES, |mib| {
                     (mib.max(1) as usize) << 20
                 }),
+            passivate_after_ms: self.passivate_after_ms,
             completion_judge: self.completion_judge.unwrap_or(false),
             require_approval: if args.require_approval.is_empty() {
                 self.require_approval.unwrap_or_default()

@@ -1,11 +1,14 @@
-//! `berth verify` and `berth keys …`: the receipt keyring and the journal's
-//! integrity check, from the command line (see `berth_storage::keyring` and
-//! `berth_storage::verify`).
+//! `berth verify`, `berth replay` and `berth keys …`: the receipt keyring,
+//! the journal's integrity check and deterministic replay, from the command
+//! line (see `berth_storage::keyring`, `berth_storage::verify` and
+//! `berth_actors::replay`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use berth_actors::replay::{replay_session, ReplayError, ReplayOptions};
+use berth_runtime::ids::SessionId;
 use berth_storage::verify::{verify_journal, Verdict};
 use berth_storage::{KeyOrigin, Keyring};
 
@@ -13,9 +16,12 @@ use berth_storage::{KeyOrigin, Keyring};
 /// file: `KEY_ID:HEX_SECRET[,KEY_ID:HEX_SECRET…]`, the last one signing.
 pub const KEYS_ENV: &str = "BERTH_RECEIPT_KEYS";
 
-/// Exit status of `berth verify` when a session is tampered (1 is any other
-/// failure).
+/// Exit status of `berth verify` (and `berth replay --verify`) when a
+/// session is tampered (1 is any other failure).
 const EXIT_TAMPERED: u8 = 2;
+
+/// Exit status of `berth replay` when the replay diverges from the journal.
+const EXIT_NONDETERMINISM: u8 = 3;
 
 /// The keyring `BERTH_RECEIPT_KEYS` gives, if it is set (and not empty).
 ///
@@ -32,6 +38,104 @@ fn data_dir(dir: Option<PathBuf>) -> PathBuf {
     dir.unwrap_or_else(|| PathBuf::from("berth-data"))
 }
 
+/// The keyring for `dir`: `BERTH_RECEIPT_KEYS` if set, else the key file.
+fn keyring_for(dir: &Path) -> anyhow::Result<Keyring> {
+    match keys_from_env()? {
+        Some(keyring) => Ok(keyring),
+        None => Keyring::load(dir).with_context(|| {
+            format!(
+                "cannot load the receipt keys of {} (set {KEYS_ENV} if the server got its keys from it)",
+                dir.display()
+            )
+        }),
+    }
+}
+
+/// `berth replay SESSION`: re-runs the session's turns from the journal
+/// (`berth_actors::replay`), read-only. Prints a summary (or the report as
+/// JSON with `json`); on a divergence prints the first differing event and
+/// exits 3; with `verify`, a tampered log exits 2.
+///
+/// # Errors
+/// No journal, a running server holds it, another format, no keys, an
+/// unknown session, a log that cannot be replayed (printed, exit 1).
+pub fn replay(
+    dir: Option<PathBuf>,
+    session: &str,
+    verify: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let dir = data_dir(dir);
+    let keyring = keyring_for(&dir)?;
+    let options = ReplayOptions {
+        verify,
+        ..ReplayOptions::default()
+    };
+    let session_id = SessionId::from(session);
+    match replay_session(&journal_path(&dir), &keyring, &session_id, &options) {
+        Ok(report) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                if let Some(v) = report.verified {
+                    println!(
+                        "verified  {session}  {} events, {} signed receipts",
+                        v.events, v.receipts
+                    );
+                }
+                for run in &report.runs {
+                    println!(
+                        "run       {} ({}, events {}..{}): {} model call(s), {} tool execution(s), {}",
+                        run.turn_id,
+                        run.kind,
+                        run.first_seq,
+                        run.last_seq,
+                        run.model_calls,
+                        run.tool_calls,
+                        run.exit
+                    );
+                }
+                if let Some(cut) = &report.cut_short {
+                    println!(
+                        "stopped   at event {} (turn {}): berth restarted under this turn and sealed or parked it from a checkpoint the journal does not keep; everything before it replayed",
+                        cut.seq, cut.turn_id
+                    );
+                }
+                println!(
+                    "replayed  {session}  {} events: {} reproduced byte for byte ({} signed receipts re-signed identically), {} recorded inputs",
+                    report.events, report.reproduced, report.receipts, report.inputs
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            let code = match &error {
+                ReplayError::Nondeterminism(_) => ExitCode::from(EXIT_NONDETERMINISM),
+                ReplayError::Tampered { .. } => ExitCode::from(EXIT_TAMPERED),
+                _ => ExitCode::FAILURE,
+            };
+            if json {
+                let divergence = match &error {
+                    ReplayError::Nondeterminism(d) => serde_json::to_value(d)?,
+                    _ => serde_json::Value::Null,
+                };
+                let out = serde_json::json!({
+                    "sessionId": session,
+                    "error": {
+                        "kind": error.kind(),
+                        "message": error.to_string(),
+                        "divergence": divergence,
+                    },
+                });
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                eprintln!("berth replay: {error}");
+            }
+            Ok(code)
+        }
+    }
+}
+
 /// `berth verify`: checks every session's chain and receipts, read-only.
 /// Prints a line per session (or the report as JSON with `json`); exits 2 when
 /// any session is tampered.
@@ -40,15 +144,7 @@ fn data_dir(dir: Option<PathBuf>) -> PathBuf {
 /// No journal, a running server holds it, another format, no keys.
 pub fn verify(dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
     let dir = data_dir(dir);
-    let keyring = match keys_from_env()? {
-        Some(keyring) => keyring,
-        None => Keyring::load(&dir).with_context(|| {
-            format!(
-                "cannot load the receipt keys of {} (set {KEYS_ENV} if the server got its keys from it)",
-                dir.display()
-            )
-        })?,
-    };
+    let keyring = keyring_for(&dir)?;
     let report = verify_journal(&journal_path(&dir), &keyring)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);

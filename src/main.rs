@@ -2,6 +2,7 @@
 //! node, hand it to a transport.
 
 mod config;
+mod ctl;
 mod integrity;
 mod telemetry;
 
@@ -12,6 +13,13 @@ use berth_actors::{Node, NodeConfig};
 use clap::{Parser, Subcommand};
 
 use crate::config::{FileConfig, ServeArgs};
+
+/// mimalloc instead of the system allocator: berth allocates many small,
+/// short-lived objects across threads (JSON frames, events, actor messages),
+/// where glibc's malloc spent about a quarter of the CPU in profiles of the
+/// wake-up benchmark and held freed memory in per-thread arenas.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// A durable, actor-based runtime for AI agent sessions.
 #[derive(Parser)]
@@ -36,11 +44,10 @@ enum Command {
         #[command(subcommand)]
         command: ScheduleCommand,
     },
-    /// Operator controls of a running server (over its control socket).
-    Ctl {
-        #[command(subcommand)]
-        command: CtlCommand,
-    },
+    /// The operator CLI: list, inspect, follow and drive the sessions of a
+    /// running server, over its WebSocket (`--server`, `--token`) or the
+    /// local control socket of its data dir.
+    Ctl(ctl::CtlArgs),
     /// Checks every session's hash chain and signed receipts in a data dir
     /// (read-only; stop the server first). Prints `ok` or `tampered` (with the
     /// first bad event's id and what failed) per session; exits 2 when any
@@ -51,6 +58,26 @@ enum Command {
         #[arg(long, env = "BERTH_DATA_DIR")]
         data_dir: Option<std::path::PathBuf>,
         /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-runs every turn of a session from the journal — recorded model
+    /// responses, tool outcomes, clock readings and controls; no model is
+    /// called, no tool runs — and checks that the engine makes the same
+    /// decisions and produces byte-identical events and receipts (read-only;
+    /// stop the server first). Exits 3 with the first differing event (seq,
+    /// expected vs got) on non-determinism, 2 when `--verify` finds the log
+    /// tampered, 1 on any other failure. Keys as for `verify`.
+    Replay {
+        /// The session id.
+        session: String,
+        /// The data directory [default: ./berth-data].
+        #[arg(long, env = "BERTH_DATA_DIR")]
+        data_dir: Option<std::path::PathBuf>,
+        /// Check the session's hash chain and receipt signatures first.
+        #[arg(long)]
+        verify: bool,
+        /// Print the report (or the error) as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -95,32 +122,6 @@ enum ConfigCommand {
 }
 
 #[derive(Subcommand)]
-enum CtlCommand {
-    /// Interrupt-and-suspend broadcast: suspends every selected running
-    /// session; prints per session `suspended | already_suspended |
-    /// not_running | unknown` as JSON.
-    Suspend {
-        /// Every session.
-        #[arg(long, conflicts_with_all = ["label", "ids"])]
-        all: bool,
-        /// Sessions with this label.
-        #[arg(long, conflicts_with = "ids")]
-        label: Option<String>,
-        /// These sessions.
-        ids: Vec<String>,
-        /// finish_step | interrupt_immediate | wait_for_completion
-        /// [default: interrupt_immediate].
-        #[arg(long)]
-        mode: Option<String>,
-        /// Why (recorded with each suspension).
-        #[arg(long)]
-        reason: Option<String>,
-        #[command(flatten)]
-        server: ServerArgs,
-    },
-}
-
-#[derive(Subcommand)]
 enum ScheduleCommand {
     /// Creates a schedule; prints it as JSON.
     Create {
@@ -144,61 +145,41 @@ enum ScheduleCommand {
         #[arg(long)]
         catchup_window_ms: Option<u64>,
         #[command(flatten)]
-        server: ServerArgs,
+        server: ctl::Endpoint,
     },
     /// Lists schedules as JSON.
     List {
         #[command(flatten)]
-        server: ServerArgs,
+        server: ctl::Endpoint,
     },
     /// Pauses a schedule.
     Pause {
         /// The schedule id.
         id: String,
         #[command(flatten)]
-        server: ServerArgs,
+        server: ctl::Endpoint,
     },
     /// Unpauses a schedule (its next run is after now).
     Unpause {
         /// The schedule id.
         id: String,
         #[command(flatten)]
-        server: ServerArgs,
+        server: ctl::Endpoint,
     },
     /// Deletes a schedule.
     Delete {
         /// The schedule id.
         id: String,
         #[command(flatten)]
-        server: ServerArgs,
+        server: ctl::Endpoint,
     },
-}
-
-/// Where the running server is.
-#[derive(clap::Args)]
-struct ServerArgs {
-    /// The server's data directory [default: ./berth-data].
-    #[arg(long, env = "BERTH_DATA_DIR")]
-    data_dir: Option<std::path::PathBuf>,
-    /// The control socket [default: <data dir>/berth.sock].
-    #[arg(long)]
-    socket: Option<std::path::PathBuf>,
-}
-
-impl ServerArgs {
-    fn socket(self) -> std::path::PathBuf {
-        self.socket.unwrap_or_else(|| {
-            self.data_dir
-                .unwrap_or_else(|| std::path::PathBuf::from("berth-data"))
-                .join(CONTROL_SOCKET)
-        })
-    }
 }
 
 #[derive(Subcommand)]
 enum EventCommand {
-    /// Sends an event to the running `berth serve` of a data dir (through its
-    /// control socket); prints `{seq, receivedAt, woke}` as JSON.
+    /// Sends an event to a running `berth serve` (over `--server` with a
+    /// token, else the control socket of its data dir); prints `{seq,
+    /// receivedAt, woke}` as JSON.
     Emit(EmitArgs),
 }
 
@@ -211,7 +192,7 @@ struct EmitArgs {
     #[arg(long)]
     data: Option<String>,
     #[command(flatten)]
-    server: ServerArgs,
+    server: ctl::Endpoint,
 }
 
 fn main() -> ExitCode {
@@ -242,6 +223,16 @@ fn main() -> ExitCode {
                     } => emit(args).await.map(|()| done),
                     Command::Schedule { command } => schedule(command).await.map(|()| done),
                     Command::Verify { data_dir, json } => integrity::verify(data_dir, json),
+                    Command::Replay {
+                        session,
+                        data_dir,
+                        verify,
+                        json,
+                    } => tokio::task::spawn_blocking(move || {
+                        integrity::replay(data_dir, &session, verify, json)
+                    })
+                    .await
+                    .context("the replay thread failed")?,
                     Command::Keys {
                         command: KeysCommand::Rotate { data_dir },
                     } => integrity::rotate(data_dir).map(|()| done),
@@ -262,33 +253,7 @@ fn main() -> ExitCode {
                             anyhow::bail!("{} has {} problem(s)", file.display(), problems.len())
                         }
                     },
-                    Command::Ctl {
-                        command:
-                            CtlCommand::Suspend {
-                                all,
-                                label,
-                                ids,
-                                mode,
-                                reason,
-                                server,
-                            },
-                    } => {
-                        if !all && label.is_none() && ids.is_empty() {
-                            anyhow::bail!("say which sessions: --all, --label L, or session ids");
-                        }
-                        let mut params = serde_json::json!({"mode": mode, "reason": reason});
-                        if all {
-                            params["all"] = serde_json::json!(true);
-                        } else if let Some(label) = label {
-                            params["label"] = serde_json::json!(label);
-                        } else {
-                            params["sessionIds"] = serde_json::json!(ids);
-                        }
-                        let answer =
-                            call_server(server.socket(), "_berth/suspend_many", params).await?;
-                        println!("{answer}");
-                        Ok(done)
-                    }
+                    Command::Ctl(args) => Ok(ctl::run(args).await),
                 }
             });
             // A stdin read may still be parked on a blocking thread after a
@@ -320,6 +285,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     node_config.max_model_calls = settings.max_model_calls;
     node_config.quick_repair = settings.quick_repair;
     node_config.journal_cache_bytes = settings.journal_cache_bytes;
+    if let Some(ms) = settings.passivate_after_ms {
+        node_config.passivate_after_ms = ms;
+    }
     node_config.needs_approval = settings.require_approval;
     node_config.budgets = settings.budgets;
     node_config.prices = settings.prices;
@@ -458,22 +426,24 @@ async fn bind_http(
 }
 
 /// The control socket's file name in the data dir.
-const CONTROL_SOCKET: &str = "berth.sock";
+pub(crate) const CONTROL_SOCKET: &str = "berth.sock";
 
-/// `berth event emit`: one `_berth/event.emit` request over the control
-/// socket; the answer is printed as JSON, an error is the exit status.
+/// `berth event emit`: one `_berth/event.emit` request (over `--server` or
+/// the control socket); the answer is printed as JSON, an error is the exit
+/// status.
 async fn emit(args: EmitArgs) -> anyhow::Result<()> {
     let data: serde_json::Value = match &args.data {
         Some(text) => serde_json::from_str(text).context("--data is not JSON")?,
         None => serde_json::Value::Null,
     };
     let params = serde_json::json!({"name": args.name, "data": data});
-    let answer = call_server(args.server.socket(), "_berth/event.emit", params).await?;
+    let answer = ctl::call(&args.server, "_berth/event.emit", params).await?;
     println!("{answer}");
     Ok(())
 }
 
-/// `berth schedule …`: `_berth/schedule.*` over the control socket.
+/// `berth schedule …`: `_berth/schedule.*` (over `--server` or the control
+/// socket).
 async fn schedule(command: ScheduleCommand) -> anyhow::Result<()> {
     use serde_json::json;
     let (server, method, params) = match command {
@@ -497,44 +467,9 @@ async fn schedule(command: ScheduleCommand) -> anyhow::Result<()> {
         ScheduleCommand::Delete { id, server } => (server, "delete", json!({"scheduleId": id})),
     };
     let method = format!("_berth/schedule.{method}");
-    let answer = call_server(server.socket(), &method, params).await?;
+    let answer = ctl::call(&server, &method, params).await?;
     println!("{answer}");
     Ok(())
-}
-
-/// One JSON-RPC request to the running server over its control socket.
-async fn call_server(
-    socket: std::path::PathBuf,
-    method: &str,
-    params: serde_json::Value,
-) -> anyhow::Result<serde_json::Value> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    let stream = tokio::net::UnixStream::connect(&socket)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot reach a running berth at {} (is `berth serve` running on that data dir?)",
-                socket.display()
-            )
-        })?;
-    let (read, mut write) = stream.into_split();
-    let request =
-        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    write.write_all(format!("{request}\n").as_bytes()).await?;
-    let mut lines = BufReader::new(read).lines();
-    while let Some(line) = lines.next_line().await? {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if message.get("id") != Some(&serde_json::json!(1)) {
-            continue;
-        }
-        if let Some(error) = message.get("error") {
-            anyhow::bail!("{method} was refused: {error}");
-        }
-        return Ok(message.get("result").cloned().unwrap_or_default());
-    }
-    anyhow::bail!("berth closed the control socket before answering")
 }
 
 /// Resolves with the name of the first SIGTERM or SIGINT.

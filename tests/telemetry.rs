@@ -10,7 +10,9 @@
 //! span is a root whose links point at the suspension span and the turn span
 //! (the ids the signed receipts carry); the resume input appears in no span;
 //! and after a SIGKILL and a restart a resume still links back to the spans
-//! of the process that died.
+//! of the process that died. Sessions recorded with export on (turn parks,
+//! a `wait_for_completion` park, an idle park) pass `berth replay --verify`,
+//! which exports nothing itself.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -407,6 +409,40 @@ fn link_kinds(span: &Span) -> Vec<(&str, &str, &str)> {
         .collect()
 }
 
+/// `berth replay SESSION --verify --json` on `data`, which must succeed: the
+/// receipts a session signed while exporting spans (span ids in them) are
+/// re-derived byte for byte. The replay runs with the OTLP variables set to
+/// `receiver` and must export nothing: it installs no exporter (a replayed
+/// run is not new work). The receiver is checked once the process exited,
+/// after its shutdown would have flushed any span.
+fn replay_verified(data: &Path, sid: &str, receiver: &Receiver) -> Value {
+    let before = receiver.spans().len();
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["replay", sid, "--verify", "--json", "--data-dir"])
+        .arg(data)
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://{}", receiver.addr),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .output()
+        .expect("run berth replay");
+    assert!(
+        out.status.success(),
+        "berth replay --verify failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON replay report");
+    assert!(report["cutShort"].is_null(), "{report}");
+    assert_eq!(
+        receiver.spans().len(),
+        before,
+        "berth replay exported spans"
+    );
+    report
+}
+
 const SPAN_KIND_SERVER: i32 = 2;
 const SPAN_KIND_CLIENT: i32 = 3;
 
@@ -592,6 +628,11 @@ fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
             .any(|s| s.attr("gen_ai.operation.name") == "chat" && s.parent == second_turn.id),
         "the resumed turn calls the model under its own span"
     );
+
+    // Replay reproduces the receipts that carry the span ids.
+    let report = replay_verified(&data, &sid, &receiver);
+    assert_eq!(report["runs"].as_array().map(Vec::len), Some(2), "{report}");
+    assert!(report["receipts"].as_u64().unwrap() >= 4, "{report}");
 }
 
 #[test]
@@ -677,4 +718,89 @@ fn a_resume_after_a_sigkill_restart_still_links_back() {
     for raw in &received.raw {
         assert!(!raw.contains(SENTINEL), "the resume input leaked: {raw}");
     }
+    drop(received);
+
+    // The park and the resume happened in two processes; replay still
+    // reproduces both receipts with the span id the first one signed.
+    let report = replay_verified(&data, &sid, &receiver);
+    assert_eq!(report["runs"].as_array().map(Vec::len), Some(2), "{report}");
+}
+
+#[test]
+fn sessions_recorded_with_export_on_replay_byte_for_byte() {
+    let receiver = Receiver::start();
+    let (_dir, data, cwd, script) = workspace();
+    let endpoint = format!("http://{}", receiver.addr);
+    let mut server = Server::start(&data, &script, &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)]);
+    let sid = server.new_session(2, &cwd);
+
+    // A turn that finishes, then parks (`wait_for_completion`: the park is
+    // journaled with the turn's end).
+    server.send(
+        3,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "traced work"}]}),
+    );
+    let mut frames = server.until_note(|n| n["params"]["update"]["sessionUpdate"] == "tool_call");
+    server.send(
+        4,
+        "session/suspend",
+        json!({"sessionId": sid, "mode": "wait_for_completion", "reason": "after this turn"}),
+    );
+    frames.extend(server.until_note(|n| n["params"]["type"] == "suspend_requested"));
+    std::fs::write(cwd.join("release"), "").unwrap();
+    let (notes, prompt) = server.until(3);
+    frames.extend(notes);
+    assert!(prompt.get("result").is_some(), "{prompt}");
+    let (notes, suspended) = server.until(4);
+    frames.extend(notes);
+    let first = suspended["result"]["handle"].as_str().unwrap().to_owned();
+    // Resumed with input: a fresh turn.
+    server.send(
+        5,
+        "session/resume",
+        json!({"sessionId": sid, "handle": first, "input": {"secret": SENTINEL}}),
+    );
+    let (notes, resumed) = server.until(5);
+    frames.extend(notes);
+    assert!(resumed.get("result").is_some(), "{resumed}");
+    frames.extend(server.until_note(|n| n["params"]["type"] == "turn_ended"));
+
+    // An idle session parks at once, and wakes without input.
+    server.send(
+        6,
+        "session/suspend",
+        json!({"sessionId": sid, "reason": "idle break"}),
+    );
+    let (notes, suspended) = server.until(6);
+    frames.extend(notes);
+    let second = suspended["result"]["handle"].as_str().unwrap().to_owned();
+    server.send(
+        7,
+        "session/resume",
+        json!({"sessionId": sid, "handle": second}),
+    );
+    let (notes, resumed) = server.until(7);
+    frames.extend(notes);
+    assert!(resumed.get("result").is_some(), "{resumed}");
+    server.stop();
+
+    // Both parks signed the id of their exported `suspend` span, and each
+    // resume names it.
+    let parks = agent_event(&frames, "suspension_receipt");
+    let wakes = agent_event(&frames, "resumption_receipt");
+    assert_eq!((parks.len(), wakes.len()), (2, 2), "{frames:#?}");
+    for (handle, park, wake) in [(&first, parks[0], wakes[0]), (&second, parks[1], wakes[1])] {
+        assert_eq!(park["handle"], json!(handle));
+        let span_id = park["span_id"].as_str().expect("export on: a span id");
+        let suspend = receiver.wait_for("suspend", |s| {
+            s.name == "suspend" && s.attr("berth.suspension.handle") == &json!(handle)
+        });
+        assert_eq!(suspend.id, span_id);
+        assert_eq!(wake["suspension_span_id"], json!(span_id));
+    }
+
+    let report = replay_verified(&data, &sid, &receiver);
+    assert_eq!(report["runs"].as_array().map(Vec::len), Some(2), "{report}");
+    assert!(report["receipts"].as_u64().unwrap() >= 6, "{report}");
 }

@@ -32,6 +32,11 @@ pub struct NodeConfig {
     /// (default `true`; DESIGN.md "Scale"): a parked session costs only its
     /// rows and its timer until a wake-up, event or client rehydrates it.
     pub passivate_parked: bool,
+    /// How long a session stays parked with its actor before it is
+    /// passivated (ms; default 10,000): short waits (a 1 s timer, an event
+    /// that comes soon) resume without rehydrating; long ones cost only rows
+    /// and a timer. `0`: at once.
+    pub passivate_after_ms: u64,
     /// Time source.
     pub clock: Arc<dyn Clock>,
     /// Id source.
@@ -64,6 +69,7 @@ impl NodeConfig {
             quick_repair: false,
             journal_cache_bytes: berth_storage::DEFAULT_CACHE_BYTES,
             passivate_parked: true,
+            passivate_after_ms: 10_000,
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
             completion_judge: None,

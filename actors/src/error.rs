@@ -18,6 +18,13 @@ pub enum ResumeConflict {
     /// The session is not suspended (and the handle, if given, is unknown).
     #[error("the session is not suspended")]
     NotSuspended,
+    /// The session is suspended, but under another handle than the one
+    /// given (which was never this session's, or not yet used up).
+    #[error("the session is suspended under handle {current}, not the one given")]
+    HandleMismatch {
+        /// The handle of the session's current suspension.
+        current: String,
+    },
 }
 
 /// Why a control was refused or failed. A refused control changed nothing.

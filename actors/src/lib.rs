@@ -22,6 +22,7 @@ pub mod error;
 pub mod metrics;
 pub mod node;
 pub mod registry;
+pub mod replay;
 pub mod session;
 pub mod supervisor;
 pub mod telemetry;

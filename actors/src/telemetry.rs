@@ -28,7 +28,9 @@
 //! first the suspend span, then the turn span when a turn parked), so a
 //! resume in a later process — after a restart or a SIGKILL — still links
 //! back; the suspend span's id is also signed into the `SuspensionReceipt`
-//! (`span_id`) and the `ResumptionReceipt` (`suspension_span_id`).
+//! (`span_id`) and the `ResumptionReceipt` (`suspension_span_id`). Replay
+//! (`crate::replay`) never opens these spans: it re-derives the receipts
+//! with the span id the journal recorded, so they stay byte-identical.
 //!
 //! Attribute names: OpenTelemetry semantic conventions where one exists
 //! (`gen_ai.conversation.id`, `rpc.*`), `berth.*` otherwise

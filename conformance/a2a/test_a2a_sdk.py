@@ -5,7 +5,9 @@ Starts `berth serve --listen 127.0.0.1:0` (BERTH_BIN) on a fresh data
 directory with the scripted model (e2e-script.toml), and checks: blocking and
 non-blocking send, get, list, cancel (idempotent, then terminal → -32004),
 streaming, subscribe, a suspension made over ACP (berth's stdio) resumed by an
-A2A message, and an agent's own park resumed by the next message.
+A2A message, an agent's own park resumed by the next message, artifacts with
+data and file-URL parts (publish_artifact), and a direct Message answer
+(direct_reply).
 
 No sleeps stand in for waiting: a held turn ends when the test creates its
 `release` file, and every wait is on an event (a stream, an ACP answer).
@@ -24,6 +26,7 @@ import unittest
 from pathlib import Path
 
 import httpx
+from google.protobuf.json_format import MessageToDict
 from a2a.client import ClientConfig, create_client
 from a2a.types import (
     CancelTaskRequest,
@@ -260,6 +263,48 @@ class A2aSdkEndToEnd(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(done.status.state, TaskState.TASK_STATE_COMPLETED)
         self.assertTrue(any("with input: blue" in t for t in texts(done)), texts(done))
         await client.close()
+
+
+    async def test_published_artifacts_have_data_and_url_parts(self) -> None:
+        client = await self.client()
+        [event] = await self.send(client, message("publish numbers"))
+        task = event.task
+        self.assertEqual(task.status.state, TaskState.TASK_STATE_COMPLETED)
+        [artifact] = task.artifacts
+        self.assertEqual(artifact.name, "numbers")
+        self.assertEqual(artifact.parts[0].WhichOneof("content"), "data")
+        self.assertEqual(MessageToDict(artifact.parts[0].data), {"key": "value", "count": 42})
+        [event] = await self.send(client, message("publish a link"))
+        part = event.task.artifacts[0].parts[0]
+        self.assertEqual(part.WhichOneof("content"), "url")
+        self.assertEqual(part.url, "https://example.com/output.txt")
+        self.assertEqual(part.filename, "output.txt")
+        self.assertEqual(part.media_type, "text/plain")
+        await client.close()
+
+    async def test_a_direct_reply_is_a_message_to_a_blocking_send(self) -> None:
+        client = await self.client()
+        [event] = await self.send(client, message("reply briefly"))
+        self.assertTrue(event.HasField("message"), event)
+        reply = event.message
+        self.assertEqual(reply.role, Role.ROLE_AGENT)
+        self.assertEqual([p.text for p in reply.parts], ["Direct message response"])
+        self.assertEqual(reply.task_id, "")
+        self.assertTrue(reply.context_id)
+        # The journaled turn stays readable as a completed task.
+        got = await client.get_task(GetTaskRequest(id=reply.metadata["berth"]["taskId"]))
+        self.assertEqual(got.status.state, TaskState.TASK_STATE_COMPLETED)
+        self.assertEqual(got.context_id, reply.context_id)
+        # A stream commits to a task before the agent speaks: the reply is
+        # the completed task's status message.
+        streaming = await self.client(streaming=True)
+        events = await self.send(streaming, message("reply briefly"))
+        self.assertTrue(events[0].HasField("task"))
+        final = events[-1].status_update.status
+        self.assertEqual(final.state, TaskState.TASK_STATE_COMPLETED)
+        self.assertEqual(final.message.parts[0].text, "Direct message response")
+        await client.close()
+        await streaming.close()
 
 
 if __name__ == "__main__":

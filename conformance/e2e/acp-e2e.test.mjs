@@ -299,7 +299,18 @@ test("berth serve end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 12
     assert.equal(entry.cwd, workDir);
     assert.equal(entry.title, "shell and write");
     assert.ok(!Number.isNaN(Date.parse(entry.updatedAt)), `updatedAt ${entry.updatedAt}`);
-    assert.deepEqual(entry._meta?.berth, {
+    // Facts for operators (`berth ctl ps`): state word, labels, creation
+    // (and the creating actor), and what the sealed turns spent.
+    const { state, labels, createdAt, createdBy, spend, ...berthCore } = entry._meta?.berth ?? {};
+    assert.equal(state, "idle");
+    assert.equal(typeof createdBy, "string", `createdBy ${createdBy}`);
+    assert.deepEqual(labels, []);
+    assert.ok(!Number.isNaN(Date.parse(createdAt)), `createdAt ${createdAt}`);
+    for (const key of ["inputTokens", "outputTokens", "toolCalls", "costMicroUsd", "wallMs"]) {
+      assert.equal(typeof spend?.[key], "number", `spend.${key} in ${JSON.stringify(spend)}`);
+    }
+    assert.ok(spend.toolCalls > 0, `a turn with tool calls spent them: ${JSON.stringify(spend)}`);
+    assert.deepEqual(berthCore, {
       liveState: "live",
       activePrompt: false,
       currentModeId: created.modes.currentModeId,

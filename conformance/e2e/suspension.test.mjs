@@ -43,7 +43,7 @@
 //     the suspend answer after both; view `suspended`, no parked turn). The
 //     order of the prompt answer and the suspend answer is not defined.
 //  4. idle suspend answers at once; again → same handle, `alreadySuspended`;
-//     prompt → -32010; wrong handle → -32009 not_suspended; resume; resume
+//     prompt → -32010; wrong handle → -32009 handle_mismatch; resume; resume
 //     again → -32009 already_resumed; resume with input while idle → -32009.
 //  5. agent self-park (`await_resumption` tool): a client declaring
 //     `awaitResumption` gets a `session/await_resumption` request naming the
@@ -513,7 +513,7 @@ scenario("4. idle suspend answers at once; again is idempotent; prompt on a susp
   assert.equal(refused.data.sessionId, sessionId);
   rpcError(
     await conn.call("session/resume", { sessionId, handle: "susp_not_this_one" }),
-    { code: -32009, reason: "not_suspended" },
+    { code: -32009, reason: "handle_mismatch" },
     "resume with a wrong handle",
   );
   await assertStatus(conn, sessionId, "suspended", "a wrong handle claimed nothing");

@@ -3,8 +3,10 @@
 //! Black-box checks and measurements of a live `berth`: ACP scenarios driven
 //! over the wire, end-to-end tests with third-party clients (`e2e/`), and the
 //! benchmark binaries `bench-core` (`src/bin/bench-core.rs`: turn, journal,
-//! inject and suspend/resume costs) and `bench-sched` (`src/bin/bench-sched.rs`:
-//! wake-up lateness, timer arming, a million pending timers).
+//! inject and suspend/resume costs), `bench-sched` (`src/bin/bench-sched.rs`:
+//! wake-up lateness, timer arming, a million pending timers) and `bench-ws`
+//! (`src/bin/bench-ws.rs`: 1,000 WebSocket clients under a steer/cancel
+//! storm, no acknowledged control lost, RSS over time).
 //!
 //! The library part holds helpers those binaries share: [`stats`] (the
 //! latency summary the benchmarks print), [`host`] (finding the binary,
@@ -141,6 +143,47 @@ pub mod host {
             format!("berth stderr (last lines):\n{tail}")
         }
     }
+    /// Starts `bin serve` on `data_dir` with the scripted model playing
+    /// `script` plus `extra_args`: stdin/stdout piped (ACP over stdio),
+    /// stderr to `stderr_path`, `BERTH_LOG=warn` unless set, killed on drop.
+    ///
+    /// # Errors
+    /// The stderr file cannot be created or the process cannot start.
+    pub fn spawn_berth(
+        bin: &Path,
+        data_dir: &Path,
+        script: &Path,
+        stderr_path: &Path,
+        extra_args: &[&std::ffi::OsStr],
+    ) -> anyhow::Result<(
+        tokio::process::Child,
+        tokio::process::ChildStdin,
+        tokio::process::ChildStdout,
+    )> {
+        let stderr = std::fs::File::create(stderr_path)
+            .with_context(|| format!("cannot create {}", stderr_path.display()))?;
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--model")
+            .arg(format!("scripted:{}", script.display()))
+            .args(extra_args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::from(stderr))
+            .kill_on_drop(true);
+        if std::env::var_os("BERTH_LOG").is_none() {
+            cmd.env("BERTH_LOG", "warn");
+        }
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {} serve", bin.display()))?;
+        let stdin = child.stdin.take().context("child stdin was not piped")?;
+        let stdout = child.stdout.take().context("child stdout was not piped")?;
+        Ok((child, stdin, stdout))
+    }
+
     /// Where the `berth` binary is: `$BERTH_BIN`, else the workspace's release build.
     pub fn berth_binary(skip_hint: &str) -> anyhow::Result<PathBuf> {
         if let Some(bin) = std::env::var_os("BERTH_BIN") {

@@ -149,8 +149,9 @@ impl Spend {
     }
 }
 
-/// The budget a turn runs under.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The budget a turn runs under (journaled with the turn's configuration on
+/// its replay tape, see [`crate::tape::TurnConfig`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Budget {
     /// The limits in force (policies, tightest first, raised by grants).
     pub limits: BudgetLimits,

@@ -21,6 +21,9 @@
 //!   control outcome), their canonical signing bytes and the input hash.
 //! - [`budget`]: per-session spend against budget policies.
 //! - [`engine`]: [`engine::run_turn`], the turn loop (model call → tool batch → …).
+//! - [`tape`]: the replay tape, every non-deterministic input a turn run
+//!   consumed (model responses, tool outcomes, clock readings), journaled
+//!   for `berth replay`.
 
 #![warn(missing_docs)]
 
@@ -37,5 +40,6 @@ pub mod model;
 pub mod receipt;
 pub mod steering;
 pub mod suspension;
+pub mod tape;
 pub mod terminal;
 pub mod tools;

@@ -79,6 +79,7 @@ fn deps(model: Arc<dyn ModelProvider>) -> TurnDeps {
         judge: None,
         needs_approval: vec![],
         budget: None,
+        clock: Arc::new(berth_runtime::clock::SystemClock),
     }
 }
 

@@ -161,6 +161,7 @@ fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> ModelRequest {
         iteration: 0,
         cwd: "/tmp".into(),
         history: std::sync::Arc::new(messages),
+        history_fingerprint: String::new(),
         turn_messages: vec![],
         tools,
     }

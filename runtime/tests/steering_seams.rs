@@ -138,6 +138,7 @@ async fn run_with(
         judge,
         needs_approval: vec![],
         budget: None,
+        clock: Arc::new(berth_runtime::clock::SystemClock),
     };
     let spec = TurnSpec {
         session_id: SessionId::from("sess_s"),

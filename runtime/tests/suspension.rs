@@ -147,6 +147,7 @@ fn setup(prompt: &str, trigger: Trigger) -> Setup {
         judge: None,
         needs_approval: vec![],
         budget: None,
+        clock: Arc::new(berth_runtime::clock::SystemClock),
     };
     let sink = Sink {
         control,

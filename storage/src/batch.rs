@@ -5,6 +5,7 @@ use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
 use berth_runtime::ids::{SessionId, TurnId};
 use berth_runtime::suspension::{ExternalEvent, ResumeClaim, Schedule, Suspension, Wakeup};
+use berth_runtime::tape::{Tape, TapedRecordRef};
 use serde::Serialize;
 
 use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
@@ -237,6 +238,18 @@ impl Batch {
         self.ops.push(Op::AppendEvent {
             id: session.0.clone(),
             value: json(event),
+        });
+        self
+    }
+
+    /// Like [`Batch::append`], with the replay `tape` entries the event
+    /// carries stored in the same row (`{"at", "event", "tape"}`, covered by
+    /// the hash chain; see `berth_runtime::tape`). An empty tape writes
+    /// exactly what [`Batch::append`] writes.
+    pub fn append_taped(mut self, session: &SessionId, event: &EventRecord, tape: &Tape) -> Self {
+        self.ops.push(Op::AppendEvent {
+            id: session.0.clone(),
+            value: json(&TapedRecordRef::new(event, tape)),
         });
         self
     }

@@ -34,6 +34,7 @@ mod chain;
 mod error;
 mod journal;
 pub mod keyring;
+pub mod readonly;
 mod records;
 mod tables;
 pub mod verify;

@@ -19,22 +19,23 @@
 //! key). The first failure is the session's verdict `tampered`, with its seq
 //! and what failed; later events are not examined.
 //!
-//! The file is opened read-only. A journal left by a killed process (no
-//! clean shutdown, no quick-repair) cannot be opened read-only by redb; it is
-//! then repaired and read in a temporary copy, and the data dir is still not
-//! touched. A journal a running berth holds is refused: stop the server first.
+//! The file is opened read-only (see [`crate::readonly`]): a journal left by
+//! a killed process is repaired and read in a temporary copy, and the data
+//! dir is still not touched. A journal a running berth holds is refused:
+//! stop the server first.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use berth_runtime::event::{EventRecord, SessionEvent};
-use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 use serde::Serialize;
 
 use crate::chain::{self, ChainHead};
 use crate::error::StorageError;
-use crate::journal::{FORMAT_KEY, JOURNAL_FORMAT};
+use crate::journal::JOURNAL_FORMAT;
 use crate::keyring::Keyring;
-use crate::tables::{CHAIN_HEADS, EVENTS, META, SESSIONS};
+use crate::readonly::Opened;
+use crate::tables::{CHAIN_HEADS, EVENTS, SESSIONS};
 
 /// Which check an event failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -131,68 +132,9 @@ impl VerifyReport {
 /// [`StorageError::Database`] on I/O failure. Tampering is not an error: it
 /// is in the report.
 pub fn verify_journal(path: &Path, keyring: &Keyring) -> Result<VerifyReport, StorageError> {
-    let open_err = |message: String| StorageError::Open {
-        path: path.display().to_string(),
-        message,
-    };
-    if !path.is_file() {
-        return Err(open_err(
-            "no journal file there (pass the --data-dir a berth served)".into(),
-        ));
-    }
-    match ReadOnlyDatabase::open(path) {
-        Ok(db) => verify_db(&db, path, keyring, false),
-        Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(open_err(
-            "a running berth holds it; stop `berth serve` on this data dir, then verify".into(),
-        )),
-        Err(redb::DatabaseError::RepairAborted) => {
-            // Killed without a clean shutdown: repair a copy, not the original.
-            let copy = TempCopy::of(path).map_err(|e| open_err(e.to_string()))?;
-            let db = Database::create(&copy.0).map_err(|e| open_err(e.to_string()))?;
-            verify_db(&db, path, keyring, true)
-        }
-        Err(e) => Err(open_err(e.to_string())),
-    }
-}
-
-/// A temporary copy of the journal, removed on drop.
-struct TempCopy(PathBuf);
-
-impl TempCopy {
-    fn of(path: &Path) -> std::io::Result<Self> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let copy =
-            std::env::temp_dir().join(format!("berth-verify-{}-{nanos}.redb", std::process::id()));
-        std::fs::copy(path, &copy)?;
-        Ok(Self(copy))
-    }
-}
-
-impl Drop for TempCopy {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn verify_db(
-    db: &impl ReadableDatabase,
-    path: &Path,
-    keyring: &Keyring,
-    repaired_copy: bool,
-) -> Result<VerifyReport, StorageError> {
-    let txn = db.begin_read()?;
-    let meta = txn.open_table(META)?;
-    let format = meta.get(FORMAT_KEY)?.map(|v| v.value());
-    if format != Some(JOURNAL_FORMAT) {
-        return Err(StorageError::Format {
-            path: path.display().to_string(),
-            found: format,
-            expected: JOURNAL_FORMAT,
-            hint: "berth verify checks journals with hash chains and signed receipts only",
-        });
-    }
+    let opened = Opened::open(path, "verify")?;
+    let txn = opened.begin_read()?;
+    Opened::check_format(&txn, path, FORMAT_HINT)?;
     let events = txn.open_table(EVENTS)?;
     let heads = txn.open_table(CHAIN_HEADS)?;
     let sessions = txn.open_table(SESSIONS)?;
@@ -240,11 +182,38 @@ fn verify_db(
         journal: path.display().to_string(),
         format: JOURNAL_FORMAT,
         keys: keyring.keys().into_iter().map(|k| k.id).collect(),
-        repaired_copy,
+        repaired_copy: opened.repaired(),
         ok: reports.len() - tampered,
         tampered,
         sessions: reports,
     })
+}
+
+const FORMAT_HINT: &str = "berth verify checks journals with hash chains and signed receipts only";
+
+/// Verifies one session of the journal at `path`: the same checks as
+/// [`verify_journal`], on that session's events and chain head only (what
+/// `berth replay --verify` runs first). A session the journal does not know
+/// verifies `ok` with no events. Never writes to `path`.
+///
+/// # Errors
+/// As [`verify_journal`].
+pub fn verify_session(
+    path: &Path,
+    keyring: &Keyring,
+    session: &str,
+) -> Result<SessionReport, StorageError> {
+    let opened = Opened::open(path, "verify")?;
+    let txn = opened.begin_read()?;
+    Opened::check_format(&txn, path, FORMAT_HINT)?;
+    let events = txn.open_table(EVENTS)?;
+    let heads = txn.open_table(CHAIN_HEADS)?;
+    let mut check = SessionCheck::new(session);
+    for entry in events.range((session, 0)..=(session, u64::MAX))? {
+        let (key, value) = entry?;
+        check.event(key.value().1, value.value(), keyring);
+    }
+    check.finish(&heads, keyring)
 }
 
 /// The running check of one session's log.

@@ -6,8 +6,8 @@
 
 pub mod lifecycle;
 pub mod passivate;
-mod receipt;
-mod seal;
+pub(crate) mod receipt;
+pub(crate) mod seal;
 mod sink;
 
 use std::sync::Arc;
@@ -261,7 +261,8 @@ pub enum SessionMsg {
     #[cfg(test)]
     InjectFault,
     /// Sent by the actor to itself once the session is parked with nothing
-    /// in flight: it stops (see [`passivate`]).
+    /// in flight (after `passivate_after_ms`): it stops if that is still so
+    /// (see [`passivate`]).
     Passivate,
     /// The running turn left the engine, ended or suspended (sent by the
     /// turn task itself).
@@ -270,6 +271,9 @@ pub enum SessionMsg {
         turn_id: TurnId,
         /// How it left.
         exit: Box<TurnExit>,
+        /// What the run consumed after its last journaled event (replay
+        /// tape), for its exit batch.
+        tape: Box<berth_runtime::tape::Tape>,
     },
 }
 
@@ -442,7 +446,16 @@ impl Actor for SessionActor {
         // Handled in order: the passivation runs after whatever is queued now.
         if !state.passivation_asked && passivate::passivable(state) {
             state.passivation_asked = true;
-            let _ = myself.send_message(SessionMsg::Passivate);
+            match state.env.config.passivate_after_ms {
+                0 => {
+                    let _ = myself.send_message(SessionMsg::Passivate);
+                }
+                ms => {
+                    myself.send_after(std::time::Duration::from_millis(ms), || {
+                        SessionMsg::Passivate
+                    });
+                }
+            }
         }
         handled
     }
@@ -467,9 +480,11 @@ impl SessionActor {
                     .instrument(trace)
                     .await
             }
-            SessionMsg::TurnFinished { turn_id, exit } => {
-                lifecycle::prompt::finish(&myself, state, turn_id, *exit).await
-            }
+            SessionMsg::TurnFinished {
+                turn_id,
+                exit,
+                tape,
+            } => lifecycle::prompt::finish(&myself, state, turn_id, *exit, *tape).await,
             SessionMsg::Suspend {
                 params,
                 reply,

@@ -1,9 +1,10 @@
 //! Passivation: a parked session needs no actor (DESIGN.md, "Scale": parked
 //! sessions are passivated — no actor, no task, only rows and a timer).
 //!
-//! Once a session is parked with nothing in flight (no turn, no waiting
-//! suspend, no buffered scheduled run, no pending close, no live process
-//! group), its actor stops itself. Everything it held is in the journal
+//! Once a session has been parked with nothing in flight (no turn, no
+//! waiting suspend, no buffered scheduled run, no pending close, no live
+//! process group) for `passivate_after_ms` (default 10 s, so that short waits
+//! resume without a rehydration), its actor stops itself. Everything it held is in the journal
 //! except its watchers (the connections attached to it), which wait in
 //! [`Passivated`] for the next actor: a timer, an event or a client
 //! rehydrates the session on demand and the watchers hear of the resumption
@@ -154,9 +155,9 @@ mod tests {
     async fn a_parked_session_gives_up_its_actor_and_loses_no_control_or_watcher() {
         let dir = tempfile::tempdir().unwrap();
         let model = ScriptedModel::parse("", "toml", "scripted:passivate").unwrap();
-        let node = Node::start(NodeConfig::new(dir.path().join("data"), Arc::new(model)))
-            .await
-            .unwrap();
+        let mut config = NodeConfig::new(dir.path().join("data"), Arc::new(model));
+        config.passivate_after_ms = 0;
+        let node = Node::start(config).await.unwrap();
         let sid = node
             .new_session(NewSession {
                 cwd: dir.path().to_path_buf(),
@@ -187,6 +188,27 @@ mod tests {
         // Attaching rehydrates it; it passivates again and keeps the watcher.
         let recorder = Arc::new(Recorder(Mutex::default()));
         node.attach(&sid, recorder.clone(), false).await.unwrap();
+        until_passivated(&node, &sid).await;
+        // A handle that is not the current one is named as such.
+        let wrong = node
+            .resume(
+                &sid,
+                ResumeParams {
+                    handle: Some("susp_nope".into()),
+                    input: None,
+                    continue_transcript: true,
+                    cause: ResumeCause::ExplicitResume,
+                    actor: "test".into(),
+                    lateness_ms: None,
+                    message_id: None,
+                    trigger: None,
+                },
+            )
+            .await;
+        assert!(
+            matches!(&wrong, Err(ControlError::ResumeConflict { reason: crate::error::ResumeConflict::HandleMismatch { current }, .. }) if *current == parked.handle),
+            "{wrong:?}"
+        );
         until_passivated(&node, &sid).await;
         // Resumes racing the rehydration: exactly one wins, none is lost.
         let resumes = (0..50).map(|i| {

@@ -7,20 +7,25 @@ use berth_runtime::engine::{PermissionDecision, PermissionRequest, SinkError, Tu
 use berth_runtime::event::SessionEvent;
 use berth_runtime::frame::Frame;
 use berth_runtime::ids::{SessionId, TurnId};
+use berth_runtime::tape::TapeRecorder;
 use berth_storage::Batch;
 
-use super::receipt::stamp;
+use super::receipt::{append_records, stamp};
 use super::SessionEnv;
 use crate::watch::Watchers;
 
 /// Journals each event of a running turn, then publishes it to the session's
-/// watchers. Nothing reaches a watcher before it is durable.
+/// watchers. Nothing reaches a watcher before it is durable. Whatever the
+/// run's replay tape holds rides on the first record of each batch, and a
+/// client's answer to a permission request goes on the tape.
 pub(crate) struct JournalSink {
     pub env: Arc<SessionEnv>,
     pub session_id: SessionId,
     /// Every write is fenced by this turn: once it is sealed, nothing lands.
     pub turn_id: TurnId,
     pub watchers: Arc<Watchers>,
+    /// The run's replay tape.
+    pub tape: TapeRecorder,
 }
 
 #[async_trait]
@@ -34,9 +39,12 @@ impl TurnSink for JournalSink {
             self.env.config.clock.now(),
             vec![event],
         );
-        let batch = records.iter().fold(
+        let tape = self.tape.take();
+        let batch = append_records(
             Batch::new().fenced_by_turn(&self.session_id, &self.turn_id),
-            |b, r| b.append(&self.session_id, r),
+            &self.session_id,
+            &records,
+            &tape,
         );
         let ids = self
             .env
@@ -56,13 +64,17 @@ impl TurnSink for JournalSink {
         request: &PermissionRequest,
     ) -> Result<PermissionDecision, SinkError> {
         let Some(answer) = self.watchers.ask(&self.session_id, request) else {
-            return Ok(PermissionDecision::Rejected {
+            let decision = PermissionDecision::Rejected {
                 reason: "no attached client can answer permission requests".into(),
-            });
+            };
+            self.tape.permission(&request.tool_call_id, &decision);
+            return Ok(decision);
         };
-        Ok(answer.await.unwrap_or(PermissionDecision::Rejected {
+        let decision = answer.await.unwrap_or(PermissionDecision::Rejected {
             reason: "the client went away before answering".into(),
-        }))
+        });
+        self.tape.permission(&request.tool_call_id, &decision);
+        Ok(decision)
     }
 
     async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError> {

@@ -211,6 +211,7 @@ impl From<ControlError> for RpcError {
                 let why = match reason {
                     ResumeConflict::AlreadyResumed { .. } => "already_resumed",
                     ResumeConflict::NotSuspended => "not_suspended",
+                    ResumeConflict::HandleMismatch { .. } => "handle_mismatch",
                 };
                 Self::unsupported(message, why, &[])
             }

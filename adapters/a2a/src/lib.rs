@@ -15,7 +15,15 @@
 //! - a suspended turn is `TASK_STATE_INPUT_REQUIRED` with
 //!   `metadata.berth.suspension`, and a message sent to it resumes it with the
 //!   message as input (one-time claim, `explicit_resume`); a message to a
-//!   working task is a `steer` injection; `CancelTask` is `session/cancel`.
+//!   working task is a `steer` injection; `CancelTask` is `session/cancel`;
+//! - outputs: agent text is a text artifact; a `publish_artifact` call an
+//!   artifact with a `text`, `data` or `url` part; a `write_file` a file
+//!   artifact ([`project`]);
+//! - a direct Message (spec §3.1.1): a blocking `SendMessage` that starts a
+//!   task whose turn completes with exactly one `direct_reply` call and no
+//!   artifact is answered `{"message": …}` instead of `{"task": …}`.
+//!   Streaming and non-blocking sends commit to a Task before the agent has
+//!   spoken, so there the reply is the completed task's status message.
 //!
 //! Methods ([`rpc`]): `SendMessage`, `SendStreamingMessage`, `GetTask`,
 //! `ListTasks`, `CancelTask`, `SubscribeToTask`; the four push-notification
@@ -128,7 +136,7 @@ impl A2aOptions {
             skills: vec![AgentSkill {
                 id: "session".into(),
                 name: "Agent session".into(),
-                description: "Runs a prompt turn of a durable agent session (model calls and tools: shell, files, await_resumption).".into(),
+                description: "Runs a prompt turn of a durable agent session (model calls and tools: shell, files, await_resumption, publish_artifact for text, data and URL artifacts, direct_reply for a direct message answer).".into(),
                 tags: vec!["agent".into(), "durable".into()],
                 examples: Vec::new(),
             }],

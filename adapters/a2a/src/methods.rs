@@ -226,6 +226,9 @@ async fn send(ctx: &Ctx, params: Value, streaming: bool) -> Result<Answer, RpcEr
         message_id: Some(message.message_id.clone()),
         trigger: None,
     };
+    // Only a message that started a task may be answered with a direct
+    // Message (a task once created answers as a task: life-of-a-task.md).
+    let new_task = matches!(action, Action::Prompt);
     match action {
         Action::Resume(handle) => {
             let outcome = node.resume(&session_id, resume(handle)).await?;
@@ -303,6 +306,14 @@ async fn send(ctx: &Ctx, params: Value, streaming: bool) -> Result<Answer, RpcEr
         .projection
         .task(&turn)
         .ok_or_else(|| RpcError::task_not_found(&task_id))?;
+    // The agent answered with a direct reply and nothing else: a Message
+    // (spec §3.1.1). Streaming and non-blocking sends committed to a Task
+    // before the agent spoke; there the reply is the status message.
+    if new_task && !config.return_immediately {
+        if let Some(message) = view.direct_reply() {
+            return Ok(Answer::Value(json!({ "message": message })));
+        }
+    }
     Ok(Answer::Value(json!({"task": view.to_task(history, true)})))
 }
 

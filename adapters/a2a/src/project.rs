@@ -12,6 +12,8 @@
 //! | `turn_started` | a new task, `TASK_STATE_WORKING`; the prompt is the first history message |
 //! | `agent_message_chunk` | a text artifact per run of text (`<turn>-text-<n>`), streamed as chunks (`append`) |
 //! | `tool_call`, `tool_call_update` | `WORKING` status messages (title + `data` part `{toolCall: …}`); a completed `write_file` also becomes a file artifact (`raw`, filename, media type) |
+//! | a completed `publish_artifact` call | an artifact (`<turn>-artifact-<call id>`, name, description) whose one part is the call's `text`, `data` or `url` (with `filename`, `mediaType`) |
+//! | a completed `direct_reply` call | an agent history message (`<turn>-reply-<call id>`); it is the status message of the completed task, and [`TaskView::direct_reply`] the Message a blocking send answers with |
 //! | `permission_requested` / `_resolved` | `TASK_STATE_INPUT_REQUIRED` with `metadata.berth.permission` / back to `WORKING` |
 //! | `suspended` (of a turn) | `TASK_STATE_INPUT_REQUIRED` with `metadata.berth.suspension` = `{handle, reason, initiator, conditions, suspendedAt, summary, mode}` |
 //! | `resumed` | `WORKING`; the resume input is a user history message |
@@ -24,6 +26,8 @@ use base64::Engine;
 use berth_runtime::event::{EventRecord, SessionEvent, ToolCallStatus};
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::terminal::TerminalKind;
+use berth_runtime::tools::direct_reply;
+use berth_runtime::tools::publish_artifact::{self, ArtifactContent, PublishedArtifact};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 
@@ -55,6 +59,8 @@ pub struct TaskView {
     pub artifacts: Vec<Artifact>,
     /// `metadata.berth`.
     pub berth: Map<String, Value>,
+    /// The agent's `direct_reply` messages, in order (also in `history`).
+    pub replies: Vec<Message>,
     open_text: Option<(usize, usize)>,
     text_runs: u32,
     calls: HashMap<String, (String, Value)>,
@@ -117,6 +123,30 @@ impl TaskView {
             let mut map = Map::new();
             map.insert("berth".into(), Value::Object(self.berth.clone()));
             map
+        })
+    }
+
+    /// The task as a direct A2A `Message` (spec §3.1.1: "MAY return a
+    /// direct Message response"): `Some` when the turn completed with
+    /// exactly one `direct_reply` and no artifact, so the Message says all
+    /// the task did. It has the context but no `taskId` (there is no task to
+    /// track); `metadata.berth.taskId` names the journaled turn, which
+    /// `GetTask` still answers.
+    pub fn direct_reply(&self) -> Option<Message> {
+        if self.state != TaskState::Completed || !self.artifacts.is_empty() {
+            return None;
+        }
+        let [reply] = self.replies.as_slice() else {
+            return None;
+        };
+        let mut berth = Map::new();
+        berth.insert("taskId".into(), Value::String(self.id()));
+        let mut metadata = Map::new();
+        metadata.insert("berth".into(), Value::Object(berth));
+        Some(Message {
+            task_id: None,
+            metadata: Some(metadata),
+            ..reply.clone()
         })
     }
 
@@ -203,6 +233,7 @@ impl SessionProjection {
                     history: Vec::new(),
                     artifacts: Vec::new(),
                     berth: Map::new(),
+                    replies: Vec::new(),
                     open_text: None,
                     text_runs: 0,
                     calls: HashMap::new(),
@@ -316,7 +347,20 @@ impl SessionProjection {
                 view.set_status(TaskState::Working, Some(message), at);
                 out.push((view.turn_id.clone(), Change::Status));
                 if *status == ToolCallStatus::Completed {
-                    if let Some(artifact) = file_artifact(view, &tool_call_id.0) {
+                    let name = view.calls.get(&tool_call_id.0).map(|(n, _)| n.as_str());
+                    if name == Some(direct_reply::NAME) {
+                        if let Some(text) = raw_output.as_ref().and_then(direct_reply::reply_of) {
+                            let message = view.agent_message(
+                                format!("{}-reply-{}", view.turn_id.0, tool_call_id.0),
+                                vec![Part::text(text)],
+                            );
+                            view.history.push(message.clone());
+                            view.replies.push(message);
+                        }
+                    }
+                    let artifact = file_artifact(view, &tool_call_id.0)
+                        .or_else(|| published_artifact(view, &tool_call_id.0, raw_output.as_ref()));
+                    if let Some(artifact) = artifact {
                         view.artifacts.push(artifact.clone());
                         out.push((
                             view.turn_id.clone(),
@@ -463,12 +507,16 @@ impl SessionProjection {
                     | TerminalKind::Suspended => TaskState::Canceled,
                     _ => TaskState::Failed,
                 };
-                let message = (state != TaskState::Completed).then(|| {
-                    view.agent_message(
+                // A completed task's status message is the agent's direct
+                // reply, if it gave one; another end's is the reason.
+                let message = if state == TaskState::Completed {
+                    view.replies.last().cloned()
+                } else {
+                    Some(view.agent_message(
                         format!("{}-event-{event_id}", view.turn_id.0),
                         vec![Part::text(terminal.reason.clone())],
-                    )
-                });
+                    ))
+                };
                 view.set_status(state, message, at);
                 out.push((view.turn_id.clone(), Change::Status));
             }
@@ -476,6 +524,38 @@ impl SessionProjection {
         }
         out
     }
+}
+
+/// A completed `publish_artifact` call as an artifact: its one part of the
+/// kind the agent gave (`text`, `data`, or `url` with `filename` and
+/// `mediaType`), from the call's validated `rawOutput`.
+fn published_artifact(
+    view: &TaskView,
+    tool_call_id: &str,
+    raw_output: Option<&Value>,
+) -> Option<Artifact> {
+    let (name, _) = view.calls.get(tool_call_id)?;
+    if name != publish_artifact::NAME {
+        return None;
+    }
+    let published = PublishedArtifact::from_raw_output(raw_output?)?;
+    let mut part = Part {
+        filename: published.part.filename,
+        media_type: published.part.media_type,
+        ..Part::default()
+    };
+    match published.part.content {
+        ArtifactContent::Text(text) => part.text = Some(text),
+        ArtifactContent::Data(data) => part.data = Some(data),
+        ArtifactContent::Url(url) => part.url = Some(url),
+    }
+    Some(Artifact {
+        artifact_id: format!("{}-artifact-{tool_call_id}", view.turn_id.0),
+        name: published.name,
+        description: published.description,
+        parts: vec![part],
+        metadata: None,
+    })
 }
 
 /// A completed `write_file` call as a file artifact: the content written,
@@ -628,6 +708,141 @@ mod tests {
         assert_eq!(
             task.metadata.unwrap()["berth"]["terminal"]["kind"],
             "refusal"
+        );
+    }
+
+    fn call(id: &str, name: &str, raw_input: Value) -> EventRecord {
+        rec(SessionEvent::ToolCall {
+            tool_call_id: ToolCallId(id.into()),
+            name: name.into(),
+            title: name.into(),
+            kind: berth_runtime::event::ToolKind::Other,
+            raw_input,
+        })
+    }
+
+    fn done(id: &str, status: ToolCallStatus, raw_output: Value) -> EventRecord {
+        rec(SessionEvent::ToolCallUpdate {
+            tool_call_id: ToolCallId(id.into()),
+            status,
+            raw_output: Some(raw_output),
+            content: None,
+        })
+    }
+
+    fn ended(turn: &TurnId) -> EventRecord {
+        rec(SessionEvent::TurnEnded {
+            turn_id: turn.clone(),
+            stop_reason: None,
+            terminal: Terminal::new(TerminalKind::Completed, "done"),
+            usage: Default::default(),
+        })
+    }
+
+    #[test]
+    fn published_artifacts_and_direct_replies() {
+        let turn = TurnId("turn_1".into());
+        let mut p = SessionProjection::new(SessionId("s".into()));
+        let data = json!({"key": "value", "count": 42});
+        let events = [
+            rec(SessionEvent::TurnStarted {
+                turn_id: turn.clone(),
+                prompt: Prompt::text("go"),
+            }),
+            call("c1", "publish_artifact", json!({"name": "d", "data": data})),
+            done(
+                "c1",
+                ToolCallStatus::Completed,
+                json!({"artifact": {"name": "d", "part": {"data": data}}}),
+            ),
+            // A refused call publishes nothing.
+            call("c2", "publish_artifact", json!({"text": "a", "data": 1})),
+            done(
+                "c2",
+                ToolCallStatus::Failed,
+                json!({"error": "invalid_arguments", "message": "…"}),
+            ),
+            call(
+                "c3",
+                "publish_artifact",
+                json!({"url": "https://e.com/o.txt"}),
+            ),
+            done(
+                "c3",
+                ToolCallStatus::Completed,
+                json!({"artifact": {"part": {"url": "https://e.com/o.txt", "filename": "o.txt", "mediaType": "text/plain"}}}),
+            ),
+            call("c4", "direct_reply", json!({"text": "hi"})),
+            done(
+                "c4",
+                ToolCallStatus::Completed,
+                json!({"reply": {"text": "hi"}}),
+            ),
+            ended(&turn),
+        ];
+        let mut artifacts = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            for (_, change) in p.apply(i as u64 + 1, e) {
+                if let Change::Artifact {
+                    artifact,
+                    append,
+                    last_chunk,
+                } = change
+                {
+                    assert!(!append && last_chunk);
+                    artifacts.push(artifact);
+                }
+            }
+        }
+        let view = p.task(&turn).unwrap();
+        assert_eq!(view.artifacts, artifacts);
+        assert_eq!(artifacts.len(), 2);
+        assert_eq!(artifacts[0].artifact_id, "turn_1-artifact-c1");
+        assert_eq!(artifacts[0].name.as_deref(), Some("d"));
+        assert_eq!(artifacts[0].parts, vec![Part::data(data)]);
+        let url = &artifacts[1].parts[0];
+        assert_eq!(url.url.as_deref(), Some("https://e.com/o.txt"));
+        assert_eq!(url.filename.as_deref(), Some("o.txt"));
+        assert_eq!(url.media_type.as_deref(), Some("text/plain"));
+        // The reply is the completed task's status message and in history,
+        // but with artifacts beside it the task is no direct Message.
+        let status = view.status().message.unwrap();
+        assert_eq!(status.parts, vec![Part::text("hi")]);
+        assert_eq!(status.message_id, "turn_1-reply-c4");
+        assert_eq!(view.history.last(), Some(&status));
+        assert_eq!(view.direct_reply(), None);
+
+        // A turn whose only output is one reply: a direct Message, with the
+        // context and no task id.
+        let turn2 = TurnId("turn_2".into());
+        for (i, e) in [
+            rec(SessionEvent::TurnStarted {
+                turn_id: turn2.clone(),
+                prompt: Prompt::text("hello"),
+            }),
+            call("d1", "direct_reply", json!({"text": "Direct"})),
+            done(
+                "d1",
+                ToolCallStatus::Completed,
+                json!({"reply": {"text": "Direct"}}),
+            ),
+        ]
+        .iter()
+        .enumerate()
+        {
+            p.apply(20 + i as u64, e);
+        }
+        // Not before the task completed.
+        assert_eq!(p.task(&turn2).unwrap().direct_reply(), None);
+        p.apply(30, &ended(&turn2));
+        let message = p.task(&turn2).unwrap().direct_reply().unwrap();
+        assert_eq!(message.role, Role::Agent);
+        assert_eq!(message.parts, vec![Part::text("Direct")]);
+        assert_eq!(message.context_id.as_deref(), Some("s"));
+        assert_eq!(message.task_id, None);
+        assert_eq!(
+            message.metadata.unwrap()["berth"]["taskId"],
+            json!("turn_2.s")
         );
     }
 }

@@ -30,6 +30,12 @@ impl Drop for Server {
 }
 
 async fn start() -> Server {
+    start_as(None).await
+}
+
+/// A server whose every request carries `principal` (as the HTTP listener's
+/// token layer sets it); `None`: the router alone (actor `a2a`, every right).
+async fn start_as(principal: Option<berth_actors::Principal>) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:errors").unwrap();
     let node = Node::start(NodeConfig::new(dir.path().join("data"), Arc::new(model)))
@@ -37,7 +43,10 @@ async fn start() -> Server {
         .unwrap();
     let mut options = A2aOptions::new(dir.path().join("contexts"));
     options.max_body_bytes = 64 * 1024;
-    let app = router(node, options);
+    let mut app = router(node, options);
+    if let Some(principal) = principal {
+        app = app.layer(axum::Extension(principal));
+    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/", listener.local_addr().unwrap());
     let task = tokio::spawn(async move {
@@ -344,4 +353,27 @@ async fn client_context_ids_name_sessions_and_tasks_are_listed_newest_first() {
         page["result"]["tasks"][0]["artifacts"][0]["parts"][0]["text"],
         "Hello."
     );
+}
+
+#[tokio::test]
+async fn an_observer_reads_but_may_not_send_or_cancel() {
+    use berth_actors::{Principal, Role};
+    let s = start_as(Some(Principal::new("grafana", Role::Observer))).await;
+    let msg = json!({"messageId": "m-obs", "role": "ROLE_USER", "parts": [{"text": "hello"}]});
+    for (method, params) in [
+        ("SendMessage", json!({"message": msg})),
+        ("SendStreamingMessage", json!({"message": msg})),
+        ("CancelTask", json!({"id": "t.sess_x"})),
+    ] {
+        let answer = s.call(method, params).await;
+        assert_eq!(answer["error"]["code"], -32011, "{method}: {answer}");
+        let data = &answer["error"]["data"];
+        assert_eq!(data["reason"], "role_not_authorized", "{answer}");
+        assert_eq!(data["actor"], "grafana");
+        assert_eq!(data["requiredRole"], "controller");
+    }
+    // Reads are allowed, and nothing was created by the refused sends.
+    let list = s.call("ListTasks", json!({})).await;
+    assert!(list.get("error").is_none(), "{list}");
+    assert_eq!(list["result"]["tasks"], json!([]), "{list}");
 }

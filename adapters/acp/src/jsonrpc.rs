@@ -156,6 +156,10 @@ impl From<ControlError> for RpcError {
                         });
                     }
                     ResumeConflict::NotSuspended => data["reason"] = json!("not_suspended"),
+                    ResumeConflict::HandleMismatch { current } => {
+                        data["reason"] = json!("handle_mismatch");
+                        data["currentHandle"] = json!(current);
+                    }
                 }
                 Self::new(-32009, e.to_string(), data)
             }

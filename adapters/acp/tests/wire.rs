@@ -1272,7 +1272,9 @@ async fn suspend_params_are_validated_naming_the_field_and_change_nothing() {
             json!({"sessionId": other, "handle": used}),
         )
         .await;
-    assert_eq!(error_of(&r).1["reason"], "not_suspended", "{r}");
+    // It is suspended, under its own handle.
+    assert_eq!(error_of(&r).1["reason"], "handle_mismatch", "{r}");
+    assert!(error_of(&r).1["currentHandle"].is_string(), "{r}");
 }
 
 #[tokio::test]
@@ -1707,5 +1709,63 @@ async fn observers_watch_approvals_but_are_never_asked() {
             .iter()
             .all(|n| n["method"] != "session/request_permission"),
         "{notes:?}"
+    );
+}
+
+#[tokio::test]
+async fn list_entries_and_session_get_carry_state_spend_and_the_suspension() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": dir.path(), "mcpServers": [], "_meta": {"berth": {"labels": ["fleet"]}}}),
+        )
+        .await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_owned();
+    let prompted = c.call_prompt(&sid, "hi").await;
+    assert_eq!(prompted["result"]["stopReason"], "end_turn", "{prompted}");
+    let suspended = c
+        .call(
+            "session/suspend",
+            json!({"sessionId": sid, "reason": "review",
+                   "resumeWhen": {"onEvent": "ci.passed", "timeout": {"durationMinutes": 5}}}),
+        )
+        .await;
+    let handle = suspended["result"]["handle"].clone();
+    assert!(handle.is_string(), "{suspended}");
+
+    let got = c
+        .call("_berth/session.get", json!({"sessionId": sid}))
+        .await;
+    let berth = &got["result"]["session"]["_meta"]["berth"];
+    assert_eq!(got["result"]["session"]["sessionId"], json!(sid), "{got}");
+    assert_eq!(berth["state"], "suspended", "{got}");
+    assert_eq!(berth["labels"], json!(["fleet"]));
+    assert!(
+        berth["spend"]["outputTokens"].as_u64().unwrap() > 0,
+        "{got}"
+    );
+    assert_eq!(berth["suspended"]["handle"], handle);
+    assert_eq!(berth["suspended"]["reason"], "review");
+    assert_eq!(berth["suspended"]["mode"], "finish_step");
+    assert_eq!(berth["suspended"]["resumeWhen"]["onEvent"], "ci.passed");
+    assert!(berth["suspended"]["suspendedAt"].is_string(), "{got}");
+    // The list entry is the same entry.
+    let list = c.call("session/list", json!({})).await;
+    assert_eq!(list["result"]["sessions"][0], got["result"]["session"]);
+
+    let unknown = c
+        .call("_berth/session.get", json!({"sessionId": "sess_nope"}))
+        .await;
+    assert_eq!(error_of(&unknown).0, -32004, "{unknown}");
+    let missing = c.call("_berth/session.get", json!({})).await;
+    assert_eq!(
+        error_of(&missing),
+        (
+            -32602,
+            json!({"field": "sessionId", "reason": "is required"})
+        )
     );
 }

@@ -134,16 +134,33 @@
 //! operation: the mean, and the p50/p99 of the per-batch means. `--only-sign`
 //! runs this section alone; `--sign-receipts 0` skips it.
 //!
+//! # 6. Durable step throughput
+//!
+//! Over stdio against the real binary (pipelined, as section 4). For each
+//! concurrency level `c` in `--steps-sessions` (default `1,10,100`) a fresh
+//! `berth serve` plays a script whose turn makes `--steps-tools` (default 10)
+//! zero-latency `read_file` calls one after another — each its own model
+//! response, so each call's outcome is journaled (a durable commit) before
+//! the next model call — and then one text step. `c` sessions are created and
+//! each runs one unmeasured turn; then each session prompts in a closed loop
+//! (the next `session/prompt` is written as soon as the previous one is
+//! answered) for `--steps-secs` seconds, and the turns still running then are
+//! awaited. Steps/s is turns × tools over first prompt written → last answer
+//! read (turns started after the window are never sent). The turn round trip
+//! (prompt written → answer read) is reported as p50/p99. This is the same
+//! closed loop the peer suite (`conformance/bench/`) drives against Temporal
+//! (10 local activities per workflow) and Restate (10 `ctx.run` per handler).
+//! `--only-steps` runs this section alone; `--skip-steps` skips it.
+//!
 //! The last line of output is a one-line JSON summary of everything printed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, stderr_tail};
+use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, spawn_berth, stderr_tail};
 use berth_conformance::stats::LatencySummary;
 use berth_conformance::wire::{classify_frame, Frame};
 use berth_runtime::clock::{Clock, SystemClock};
@@ -153,7 +170,7 @@ use berth_storage::{Batch, Journal, JournalOptions};
 use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
 /// How long to wait for any single frame from the child before giving up.
@@ -216,6 +233,7 @@ struct Args {
     #[arg(long)]
     skip_suspend: bool,
     /// Run only the suspend/resume benchmark (as --skip-stdio --skip-journal).
+    /// With --only-steps, both run.
     #[arg(long)]
     only_suspend: bool,
     /// Receipts signed per figure of the signing benchmark (0 skips it).
@@ -224,15 +242,39 @@ struct Args {
     /// Run only the receipt signing benchmark.
     #[arg(long)]
     only_sign: bool,
+    /// Concurrency levels (sessions prompting at once, each in a closed
+    /// loop) for the durable-step throughput runs; each level is a fresh
+    /// `berth serve`.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+    steps_sessions: Vec<usize>,
+    /// Zero-latency tool calls (durable steps) per scripted turn in the
+    /// step throughput runs.
+    #[arg(long, default_value_t = 10)]
+    steps_tools: usize,
+    /// Seconds each step throughput level keeps sending prompts (after one
+    /// unmeasured turn per session).
+    #[arg(long, default_value_t = 5.0)]
+    steps_secs: f64,
+    /// Skip the durable-step throughput benchmark.
+    #[arg(long)]
+    skip_steps: bool,
+    /// Run only the durable-step throughput benchmark. With --only-suspend,
+    /// both run.
+    #[arg(long)]
+    only_steps: bool,
 }
 
 impl Args {
+    fn only(&self) -> bool {
+        self.only_suspend || self.only_steps || self.only_sign
+    }
+
     fn runs_stdio(&self) -> bool {
-        !self.skip_stdio && !self.only_suspend && !self.only_sign
+        !self.skip_stdio && !self.only()
     }
 
     fn runs_sign(&self) -> bool {
-        self.sign_receipts > 0 && !self.only_suspend
+        self.sign_receipts > 0 && (!self.only() || self.only_sign)
     }
 
     fn runs_inject(&self) -> bool {
@@ -240,12 +282,18 @@ impl Args {
     }
 
     fn runs_journal(&self) -> bool {
-        !self.skip_journal && !self.only_suspend && !self.only_sign
+        !self.skip_journal && !self.only()
+    }
+
+    fn runs_steps(&self) -> bool {
+        !self.skip_steps
+            && (!self.only() || self.only_steps)
+            && self.steps_sessions.iter().any(|&n| n > 0)
     }
 
     fn runs_suspend(&self) -> bool {
         !self.skip_suspend
-            && !self.only_sign
+            && (!self.only() || self.only_suspend)
             && (self.suspend_sessions.iter().any(|&n| n > 0)
                 || self.suspend_parked_sessions.iter().any(|&n| n > 0))
     }
@@ -304,8 +352,8 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: &Args) -> anyhow::Result<()> {
-    let bin = if args.runs_stdio() || args.runs_suspend() {
-        Some(berth_binary("--skip-stdio --skip-suspend")?)
+    let bin = if args.runs_stdio() || args.runs_suspend() || args.runs_steps() {
+        Some(berth_binary("--skip-stdio --skip-suspend --skip-steps")?)
     } else {
         None
     };
@@ -342,6 +390,10 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         (Some(bin), true) => suspend_bench(args, bin).await?,
         _ => Vec::new(),
     };
+    let steps = match (&bin, args.runs_steps()) {
+        (Some(bin), true) => steps_bench(args, bin).await?,
+        _ => Vec::new(),
+    };
     let journal = if args.runs_journal() {
         journal_bench(args).await?
     } else {
@@ -366,6 +418,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
             "p50": s.p50_us, "p90": s.p90_us, "p99": s.p99_us, "max": s.max_us, "samples": args.injects,
         })),
         "suspend": suspend.iter().map(SuspendReport::to_json).collect::<Vec<_>>(),
+        "steps": steps.iter().map(StepsRow::to_json).collect::<Vec<_>>(),
         "journal": journal.iter().map(JournalRow::to_json).collect::<Vec<_>>(),
         "signing_us_per_op": signing.iter().map(SignRow::to_json).collect::<Vec<_>>(),
     });
@@ -409,39 +462,6 @@ impl EventTally {
         }
         *self.by_type.entry(kind).or_default() += 1;
     }
-}
-
-/// Starts `berth serve` on `data_dir` with the scripted model playing
-/// `script`, stdin and stdout piped, stderr to `stderr_path`.
-fn spawn_berth(
-    bin: &Path,
-    data_dir: &Path,
-    script: &Path,
-    stderr_path: &Path,
-    extra_args: &[&std::ffi::OsStr],
-) -> anyhow::Result<(Child, ChildStdin, ChildStdout)> {
-    let stderr = std::fs::File::create(stderr_path)
-        .with_context(|| format!("cannot create {}", stderr_path.display()))?;
-    let mut cmd = Command::new(bin);
-    cmd.arg("serve")
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("--model")
-        .arg(format!("scripted:{}", script.display()))
-        .args(extra_args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(stderr))
-        .kill_on_drop(true);
-    if std::env::var_os("BERTH_LOG").is_none() {
-        cmd.env("BERTH_LOG", "warn");
-    }
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start {} serve", bin.display()))?;
-    let stdin = child.stdin.take().context("child stdin was not piped")?;
-    let stdout = child.stdout.take().context("child stdout was not piped")?;
-    Ok((child, stdin, stdout))
 }
 
 /// A `berth serve` child spoken to over ACP on its stdio.
@@ -1314,6 +1334,12 @@ struct SuspendSamples {
     /// `session/resume` written → the resumed turn's first
     /// `agent_message_chunk`.
     resume_first_call: Vec<Duration>,
+    /// `session/resume` written → the session's `resumed` notification (the
+    /// claim and the fresh turn's start are durable; the unit is running).
+    resume_resumed: Vec<Duration>,
+    /// `session/resume` written → the resumed turn's `turn_ended` (its one
+    /// text step journaled: the result is durable).
+    resume_ended: Vec<Duration>,
     /// Per round: first suspend written → last suspend answered.
     suspend_walls: Vec<Duration>,
     /// Per round: first resume written → last resume answered.
@@ -1342,6 +1368,8 @@ struct SuspendReport {
     tool_done_to_ack: Option<LatencySummary>,
     resume_response: LatencySummary,
     resume_first_call: LatencySummary,
+    resume_resumed: LatencySummary,
+    resume_ended: LatencySummary,
     suspends_per_sec: f64,
     resumes_per_sec: f64,
     /// berth CPU µs per session per round: suspend phase, resume phase.
@@ -1369,6 +1397,8 @@ impl SuspendReport {
             "tool_done_to_ack": self.tool_done_to_ack.as_ref().map(figures),
             "resume_to_response": figures(&self.resume_response),
             "resume_to_first_model_call": figures(&self.resume_first_call),
+            "resume_to_resumed_notification": figures(&self.resume_resumed),
+            "resume_to_turn_ended": figures(&self.resume_ended),
             // Mid-turn, the suspends' span is set by when the turns reach
             // their tool call: no rate.
             "suspends_per_sec": (self.kind == ParkKind::Idle).then(|| round1(self.suspends_per_sec)),
@@ -1418,7 +1448,9 @@ impl SuspendReport {
             }
         }
         row("resume -> response", &self.resume_response);
+        row("resume -> resumed (running)", &self.resume_resumed);
         row("resume -> first model call", &self.resume_first_call);
+        row("resume -> turn ended", &self.resume_ended);
         match self.kind {
             ParkKind::Idle => println!(
                 "throughput        {:.0} suspends/s to durable ack, {:.0} resumes/s to response (per round: first write -> last answer)",
@@ -1594,6 +1626,8 @@ async fn suspend_run(
         tool_done_to_ack: LatencySummary::from_samples(&mut samples.tool_done_to_ack),
         resume_response: summary(&mut samples.resume_response, "resume")?,
         resume_first_call: summary(&mut samples.resume_first_call, "resumed model call")?,
+        resume_resumed: summary(&mut samples.resume_resumed, "resumed notification")?,
+        resume_ended: summary(&mut samples.resume_ended, "resumed turn end")?,
         suspends_per_sec,
         resumes_per_sec,
         cpu_us,
@@ -1618,8 +1652,11 @@ struct Marks {
     resume_sent: Option<Instant>,
     resume_answer: Option<Instant>,
     resumed_turn: Option<String>,
+    /// The `resumed` notification read.
+    resumed_note: Option<Instant>,
     first_chunk: Option<Instant>,
     ended: bool,
+    ended_at: Option<Instant>,
 }
 
 /// The FIFO the parked-turn tool of session `i` reads in `round`; its name
@@ -1823,7 +1860,11 @@ async fn suspend_round(
                 let m = &mut marks[i];
                 match note {
                     "agent_message_chunk" if m.first_chunk.is_none() => m.first_chunk = Some(at),
-                    "turn_ended" => m.ended = true,
+                    "resumed" if m.resumed_note.is_none() => m.resumed_note = Some(at),
+                    "turn_ended" => {
+                        m.ended = true;
+                        m.ended_at = Some(at);
+                    }
                     _ => {}
                 }
             }
@@ -1874,14 +1915,26 @@ async fn suspend_round(
             ParkKind::Idle => m.suspend_ack,
             ParkKind::MidTurn => m.requested,
         };
-        let (Some(sent), Some(durable), Some(ack), Some(resumed), Some(answer), Some(chunk)) = (
+        let (
+            Some(sent),
+            Some(durable),
+            Some(ack),
+            Some(resumed),
+            Some(answer),
+            Some(chunk),
+            Some(note),
+            Some(ended),
+        ) = (
             m.suspend_sent,
             durable,
             m.suspend_ack,
             m.resume_sent,
             m.resume_answer,
             m.first_chunk,
-        ) else {
+            m.resumed_note,
+            m.ended_at,
+        )
+        else {
             bail!("a session's round left a mark unset: {m:?}");
         };
         out.suspend_ack.push(durable - sent);
@@ -1891,6 +1944,8 @@ async fn suspend_round(
         }
         out.resume_response.push(answer - resumed);
         out.resume_first_call.push(chunk - resumed);
+        out.resume_resumed.push(note - resumed);
+        out.resume_ended.push(ended - resumed);
     }
     out.suspend_walls.push(suspend_wall);
     out.resume_walls.push(resume_wall);
@@ -2060,6 +2115,250 @@ fn sign_bench(total: usize) -> anyhow::Result<Vec<SignRow>> {
             row.what, row.bytes, row.mean_us, row.p50_us, row.p99_us
         );
     }
+    Ok(rows)
+}
+
+// ---------------------------------------------------------------------------
+// 6. Durable step throughput
+// ---------------------------------------------------------------------------
+
+/// What a step-throughput prompt contains.
+const STEPS_MATCH: &str = "bench-steps";
+
+/// The step section's script: `tools` zero-latency `read_file` calls, each
+/// its own model response, then one text step.
+fn steps_script(tools: usize) -> String {
+    let call = format!(
+        "  {{ tool_call = {{ name = \"read_file\", arguments = {{ path = \"{{cwd}}/{SMALL_FILE}\" }} }} }},\n"
+    );
+    format!(
+        "# Written by bench-core (durable step throughput).\n\
+         [[rules]]\n\
+         match = \"{STEPS_MATCH}\"\n\
+         steps = [\n{}  {{ text = \"done\" }},\n]\n",
+        call.repeat(tools)
+    )
+}
+
+/// One concurrency level's figures.
+#[derive(Debug)]
+struct StepsRow {
+    sessions: usize,
+    tools: usize,
+    turns: usize,
+    window: Duration,
+    turn: LatencySummary,
+    cpu_us_per_step: Option<f64>,
+}
+
+impl StepsRow {
+    fn steps_per_sec(&self) -> f64 {
+        (self.turns * self.tools) as f64 / self.window.as_secs_f64()
+    }
+
+    fn to_json(&self) -> Value {
+        let l = &self.turn;
+        json!({
+            "sessions": self.sessions,
+            "tools_per_turn": self.tools,
+            "turns": self.turns,
+            "steps": self.turns * self.tools,
+            "window_s": self.window.as_secs_f64(),
+            "steps_per_sec": round1(self.steps_per_sec()),
+            "turns_per_sec": round1(self.turns as f64 / self.window.as_secs_f64()),
+            "turn_p50_us": l.p50_us,
+            "turn_p90_us": l.p90_us,
+            "turn_p99_us": l.p99_us,
+            "turn_max_us": l.max_us,
+            "berth_cpu_us_per_step": self.cpu_us_per_step.map(round1),
+        })
+    }
+}
+
+async fn steps_bench(args: &Args, bin: &Path) -> anyhow::Result<Vec<StepsRow>> {
+    if !(args.steps_secs > 0.0 && args.steps_secs.is_finite()) {
+        bail!("--steps-secs must be a positive number of seconds");
+    }
+    if args.steps_tools == 0 {
+        bail!("--steps-tools must be at least 1");
+    }
+    println!(
+        "== durable step throughput over stdio: {} zero-latency read_file calls per turn, closed loop per session, {:.1} s per level ==",
+        args.steps_tools, args.steps_secs
+    );
+    println!(
+        "{:>8} {:>8} {:>10} {:>10} {:>12} {:>12} {:>12}",
+        "sessions", "turns", "steps/s", "turns/s", "turn p50 µs", "turn p99 µs", "CPU µs/step"
+    );
+    let mut rows = Vec::new();
+    for &sessions in &args.steps_sessions {
+        if sessions == 0 {
+            continue;
+        }
+        let row = steps_run(args, bin, sessions)
+            .await
+            .with_context(|| format!("step throughput with {sessions} session(s)"))?;
+        println!(
+            "{:>8} {:>8} {:>10.0} {:>10.1} {:>12} {:>12} {:>12}",
+            row.sessions,
+            row.turns,
+            row.steps_per_sec(),
+            row.turns as f64 / row.window.as_secs_f64(),
+            row.turn.p50_us,
+            row.turn.p99_us,
+            row.cpu_us_per_step
+                .map_or_else(|| "-".into(), |c| format!("{c:.0}"))
+        );
+        rows.push(row);
+    }
     println!();
     Ok(rows)
+}
+
+async fn steps_run(args: &Args, bin: &Path, sessions: usize) -> anyhow::Result<StepsRow> {
+    let dir = tempfile::Builder::new()
+        .prefix("berth-bench-steps-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    let cwd = dir.path().join("work");
+    std::fs::create_dir_all(&cwd)?;
+    std::fs::write(cwd.join(SMALL_FILE), "hello\n")?;
+    let script = dir.path().join("steps.toml");
+    std::fs::write(&script, steps_script(args.steps_tools))?;
+    let config = dir.path().join("berth.toml");
+    std::fs::write(
+        &config,
+        format!("max_model_calls = {}\n", args.steps_tools + 2),
+    )?;
+    let max_in_flight = (2 * sessions + 64).to_string();
+    let mut acp = AcpPipe::spawn(
+        bin,
+        &dir.path().join("data"),
+        &script,
+        &dir.path().join("berth.stderr"),
+        &[
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--max-in-flight".as_ref(),
+            max_in_flight.as_ref(),
+        ],
+    )?;
+    acp.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    )
+    .await
+    .context("initialize")?;
+    let mut ids = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        let new = acp
+            .call("session/new", json!({"cwd": cwd, "mcpServers": []}))
+            .await
+            .context("session/new")?;
+        ids.push(
+            new["sessionId"]
+                .as_str()
+                .with_context(|| format!("session/new answered without a sessionId: {new}"))?
+                .to_owned(),
+        );
+    }
+    let prompt_line = |acp: &mut AcpPipe, i: usize| {
+        acp.request_line(
+            "session/prompt",
+            json!({"sessionId": ids[i], "prompt": [{"type": "text", "text": STEPS_MATCH}]}),
+        )
+    };
+    // One unmeasured turn per session, all at once.
+    let mut pending: HashMap<u64, (usize, Instant)> = HashMap::with_capacity(sessions);
+    for i in 0..sessions {
+        let (id, line) = prompt_line(&mut acp, i);
+        let at = acp.write(&line).await?;
+        pending.insert(id, (i, at));
+    }
+    while !pending.is_empty() {
+        let (_, frame) = acp.recv().await?;
+        if let Frame::Response(id, result) = classify_frame(&frame)? {
+            pending
+                .remove(&id)
+                .with_context(|| format!("unexpected response: {frame}"))?;
+            check_end_turn(result)?;
+        }
+    }
+    // The closed loop.
+    let pid = acp.child.id();
+    let cpu_start = pid.and_then(cpu_ns);
+    let window = Duration::from_secs_f64(args.steps_secs);
+    let start = Instant::now();
+    let deadline = start + window;
+    for i in 0..sessions {
+        let (id, line) = prompt_line(&mut acp, i);
+        let at = acp.write(&line).await?;
+        pending.insert(id, (i, at));
+    }
+    let mut samples = Vec::new();
+    let mut last = start;
+    while !pending.is_empty() {
+        let (at, frame) = acp.recv().await?;
+        if let Frame::Response(id, result) = classify_frame(&frame)? {
+            let (i, sent) = pending
+                .remove(&id)
+                .with_context(|| format!("unexpected response: {frame}"))?;
+            check_end_turn(result)?;
+            samples.push(at - sent);
+            last = at;
+            if Instant::now() < deadline {
+                let (id, line) = prompt_line(&mut acp, i);
+                let at = acp.write(&line).await?;
+                pending.insert(id, (i, at));
+            }
+        }
+    }
+    let cpu_end = pid.and_then(cpu_ns);
+    acp.shutdown().await?;
+    let turns = samples.len();
+    let cpu_us_per_step = match (cpu_start, cpu_end) {
+        (Some(a), Some(b)) => {
+            Some(b.saturating_sub(a) as f64 / 1e3 / (turns * args.steps_tools) as f64)
+        }
+        _ => None,
+    };
+    Ok(StepsRow {
+        sessions,
+        tools: args.steps_tools,
+        turns,
+        window: last - start,
+        turn: LatencySummary::from_samples(&mut samples).context("no turn was measured")?,
+        cpu_us_per_step,
+    })
+}
+
+/// A step-throughput turn must end normally (`end_turn`), having run every call.
+fn check_end_turn(result: Result<&Value, &Value>) -> anyhow::Result<()> {
+    let result = result.map_err(|e| anyhow!("session/prompt failed: {e}"))?;
+    if result["stopReason"] != "end_turn" {
+        bail!("a step-throughput turn did not end with end_turn: {result}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_runtime::model::scripted::ScriptedModel;
+
+    #[test]
+    fn the_steps_script_parses_and_makes_one_model_response_per_tool_call() {
+        let script = steps_script(10);
+        ScriptedModel::parse(&script, "toml", "steps").expect("the steps script parses");
+        assert_eq!(script.matches("tool_call = ").count(), 10);
+        assert_eq!(script.matches("tool_calls").count(), 0, "no parallel batch");
+    }
+
+    #[test]
+    fn the_suspend_and_tool_scripts_parse() {
+        ScriptedModel::parse(&suspend_script(), "toml", "suspend").expect("suspend script");
+        for tool in [ToolChoice::ReadFile, ToolChoice::Shell, ToolChoice::None] {
+            ScriptedModel::parse(&tool.script(), "toml", tool.label()).expect("tool script");
+        }
+    }
 }

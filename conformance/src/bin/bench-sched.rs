@@ -55,6 +55,9 @@
 //!   event) is committed and fsynced. It includes the fire lateness, the
 //!   hand-off from the scheduler to a spawned task, and the wait for the
 //!   session actor's mailbox; not the commit itself.
+//! * **client** — the benchmark's monotonic clock when it read the `resumed`
+//!   notification minus (the instant it wrote the suspend + T): the timer
+//!   as the client that asked for it sees it, suspend commit included.
 //! * **delivered** — the benchmark's wall clock when it read the `resumed`
 //!   notification minus the due time: what a client sees. Adds the claim's
 //!   group commit (fsync) and delivery over stdout. Both clocks are the same
@@ -129,16 +132,32 @@
 //! The page cache is warm in step 2 and 4 (the file was just written): these
 //! are warm-restart figures.
 //!
+//! # 3. Parked density over the wire (`--park N`)
+//!
+//! The real binary again, with real sessions: `--park` N sessions are
+//! created and parked idle with a one-day `resume_with_input` timeout, plus
+//! `--park-probes` P sessions parked with a `--timeout-secs` timeout, over
+//! one connection with `--park-window` requests in flight. Printed: creation
+//! and parking rates; berth's `VmRSS` after `initialize` (empty) and once its
+//! CPU went quiet with every session parked, per parked session; the data
+//! directory's apparent and allocated size after a clean stop, per parked
+//! session. Then, with berth stopped, the benchmark waits until every probe
+//! is overdue and restarts berth on the same data directory: spawn →
+//! `initialize` answered; spawn → every probe's `resumed` event seen (after a
+//! `session/load` of each probe: a replayed or a live `resumed` both mean its
+//! overdue wake-up fired — an upper bound on when); spawn → CPU quiet (the
+//! wake-ups are re-armed); and `VmRSS` then (no session actor is live after
+//! a restart but the probes' own).
+//!
 //! `--skip-wire` / `--skip-scale` skip a section. The machine's load average
 //! (`/proc/loadavg`) is printed before and after. The last line of output is
 //! a one-line JSON summary of everything printed.
 
-use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, stderr_tail};
+use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, spawn_berth, stderr_tail};
 use berth_conformance::wire::{classify_frame, Frame};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -158,7 +177,7 @@ use chrono::{DateTime, Utc};
 use clap::Parser;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
 // ---------------------------------------------------------------------------
@@ -254,6 +273,17 @@ struct Args {
     /// In section 2, skip restarting the real binary on the timers' journal.
     #[arg(long)]
     skip_restart: bool,
+    /// Section 3: sessions parked over the wire with a one-day timeout, to
+    /// measure memory and disk per parked session and the restart (0 skips).
+    #[arg(long, default_value_t = 0)]
+    park: usize,
+    /// Section 3: extra sessions parked with a `--timeout-secs` timeout that
+    /// comes due while berth is stopped (they must fire at the restart).
+    #[arg(long, default_value_t = 100)]
+    park_probes: usize,
+    /// Section 3: requests kept in flight while creating and parking.
+    #[arg(long, default_value_t = 512)]
+    park_window: usize,
 }
 
 #[tokio::main]
@@ -279,7 +309,8 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         bail!("--batch must be at least 1");
     }
     let wants_bin = (!args.skip_wire && args.sessions > 0)
-        || (!args.skip_scale && !args.skip_restart && args.timers > 0);
+        || (!args.skip_scale && !args.skip_restart && args.timers > 0)
+        || args.park > 0;
     let bin = if wants_bin {
         match berth_binary("--skip-wire --skip-restart") {
             Ok(bin) => Some(bin),
@@ -307,6 +338,14 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         let report = scale_bench(args, restart_bin).await?;
         report.print();
         summary["scale"] = report.json();
+    }
+    if args.park > 0 {
+        let bin = bin
+            .as_deref()
+            .context("--park needs the berth binary (build it, or set BERTH_BIN)")?;
+        let report = density_bench(args, bin).await?;
+        report.print();
+        summary["density"] = report.json();
     }
     let load_after = load_average();
     if let Some(load) = &load_after {
@@ -416,6 +455,14 @@ fn timeout_ms(duration_minutes: f64) -> i64 {
     (duration_minutes * 60_000.0).round() as i64
 }
 
+/// `later − earlier` in µs, negative when `later` is earlier.
+fn signed_micros(later: Instant, earlier: Instant) -> i64 {
+    match later.checked_duration_since(earlier) {
+        Some(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+        None => -i64::try_from((earlier - later).as_micros()).unwrap_or(i64::MAX),
+    }
+}
+
 fn micros_between(later: DateTime<Utc>, earlier: DateTime<Utc>) -> i64 {
     (later - earlier).num_microseconds().unwrap_or(i64::MAX)
 }
@@ -451,27 +498,7 @@ impl AcpPipe {
         stderr_path: &Path,
         extra_args: &[&std::ffi::OsStr],
     ) -> anyhow::Result<Self> {
-        let stderr = std::fs::File::create(stderr_path)
-            .with_context(|| format!("cannot create {}", stderr_path.display()))?;
-        let mut cmd = Command::new(bin);
-        cmd.arg("serve")
-            .arg("--data-dir")
-            .arg(data_dir)
-            .arg("--model")
-            .arg(format!("scripted:{}", script.display()))
-            .args(extra_args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr))
-            .kill_on_drop(true);
-        if std::env::var_os("BERTH_LOG").is_none() {
-            cmd.env("BERTH_LOG", "warn");
-        }
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start {} serve", bin.display()))?;
-        let stdin = child.stdin.take().context("child stdin was not piped")?;
-        let stdout = child.stdout.take().context("child stdout was not piped")?;
+        let (child, stdin, stdout) = spawn_berth(bin, data_dir, script, stderr_path, extra_args)?;
         let (tx, frames) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             let mut lines = BufReader::with_capacity(1 << 16, stdout).lines();
@@ -562,9 +589,17 @@ impl AcpPipe {
     }
 
     /// Closes stdin and waits for the child to exit (kills it after 10 s).
-    async fn shutdown(mut self) -> anyhow::Result<()> {
+    async fn shutdown(self) -> anyhow::Result<()> {
+        self.shutdown_within(Duration::from_secs(10)).await?;
+        Ok(())
+    }
+
+    /// Closes stdin and waits up to `limit` for the child to exit, then kills
+    /// it. Returns how long it took to exit and whether it exited by itself.
+    async fn shutdown_within(mut self, limit: Duration) -> anyhow::Result<(Duration, bool)> {
+        let started = Instant::now();
         drop(self.stdin.take());
-        match tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await {
+        match tokio::time::timeout(limit, self.child.wait()).await {
             Ok(status) => {
                 let status = status?;
                 if !status.success() {
@@ -573,13 +608,17 @@ impl AcpPipe {
                         stderr_tail(&self.stderr_path)
                     );
                 }
+                Ok((started.elapsed(), true))
             }
             Err(_) => {
-                eprintln!("note: berth did not exit 10 s after stdin closed; killing it");
+                eprintln!(
+                    "note: berth did not exit {} s after stdin closed; killing it",
+                    limit.as_secs()
+                );
                 self.child.kill().await?;
+                Ok((started.elapsed(), false))
             }
         }
-        Ok(())
     }
 }
 
@@ -627,6 +666,9 @@ struct WireReport {
     fire: Spread,
     claim: Spread,
     delivered: Spread,
+    /// `resumed` read − (suspend written + timeout), both on this process's
+    /// monotonic clock: what the client that asked for the timer sees.
+    client: Spread,
     /// Claim lateness minus fire lateness (derived; ±1 ms of the truncation).
     fire_to_claim: Spread,
     /// First suspend written → last `resumed` read.
@@ -688,11 +730,13 @@ impl WireReport {
         println!("{}", self.fire.row("fire"));
         println!("{}", self.claim.row("claim"));
         println!("{}", self.delivered.row("delivered"));
+        println!("{}", self.client.row("client"));
         println!("{}", self.fire_to_claim.row("fire->claim"));
         println!(
             "  fire        = berth's lateness_ms (scheduler clock when handed out - due; whole ms)\n  \
              claim       = resumed_at - due (session actor's clock as it builds the claim, before the commit)\n  \
              delivered   = this process's clock reading the `resumed` notification - due\n  \
+             client      = `resumed` read - (suspend written + timeout), this process's monotonic clock\n  \
              fire->claim = claim - fire (derived; +-1 ms)"
         );
         println!(
@@ -746,6 +790,7 @@ impl WireReport {
             "lateness_fire": self.fire.json(),
             "lateness_claim": self.claim.json(),
             "lateness_delivered": self.delivered.json(),
+            "lateness_client": self.client.json(),
             "fire_to_claim": self.fire_to_claim.json(),
             "suspend_window_vs_first_due_ms": [self.window_vs_due_ms.0, self.window_vs_due_ms.1],
             "deciles": self.deciles.iter().map(|d| json!({
@@ -939,6 +984,8 @@ async fn wire_bench(args: &Args, bin: &Path) -> anyhow::Result<WireReport> {
     let mut fire = Vec::with_capacity(n);
     let mut claim = Vec::with_capacity(n);
     let mut delivered = Vec::with_capacity(n);
+    let mut client = Vec::with_capacity(n);
+    let timeout_std = Duration::from_millis(timeout_ms(duration_minutes).max(0) as u64);
     let mut fire_to_claim = Vec::with_capacity(n);
     let mut by_due: Vec<(DateTime<Utc>, i64, i64)> = Vec::with_capacity(n);
     for p in &parks {
@@ -946,7 +993,7 @@ async fn wire_bench(args: &Args, bin: &Path) -> anyhow::Result<WireReport> {
             Some(sent),
             Some(ack),
             Some(suspended_at),
-            Some((_, read_wall)),
+            Some((read_at, read_wall)),
             Some(resumed_at),
             Some(late),
         ) = (
@@ -968,6 +1015,7 @@ async fn wire_bench(args: &Args, bin: &Path) -> anyhow::Result<WireReport> {
         fire.push(fire_us);
         claim.push(claim_us);
         delivered.push(micros_between(read_wall, due));
+        client.push(signed_micros(read_at, sent + timeout_std));
         // The scheduler fires at its whole-ms clock: fire time = due ms
         // (truncated) + lateness ms.
         let fired_at_ms = due.timestamp_millis() + late as i64;
@@ -1005,6 +1053,7 @@ async fn wire_bench(args: &Args, bin: &Path) -> anyhow::Result<WireReport> {
         fire: Spread::of(&fire),
         claim: Spread::of(&claim),
         delivered: Spread::of(&delivered),
+        client: Spread::of(&client),
         fire_to_claim: Spread::of(&fire_to_claim),
         wall: last_resumed - first_suspend,
         wall_ended: last_ended - first_suspend,
@@ -1334,6 +1383,35 @@ async fn scale_bench(args: &Args, bin: Option<&Path>) -> anyhow::Result<ScaleRep
     })
 }
 
+/// Waits until process `pid` goes quiet — under 10 ms of CPU over a 500 ms
+/// window, sampled every 20 ms — or until `limit` after `since` has passed.
+/// Returns the first instant of the quiet window and the process's CPU time
+/// (ns) then; `None` when it never went quiet.
+async fn wait_quiet(
+    pid: u32,
+    since: Instant,
+    limit: Duration,
+) -> anyhow::Result<Option<(Instant, u64)>> {
+    let window = 25;
+    let mut samples: std::collections::VecDeque<(Instant, u64)> = Default::default();
+    while since.elapsed() < limit {
+        let cpu = cpu_ns(pid).context("cannot read berth's CPU time")?;
+        samples.push_back((Instant::now(), cpu));
+        if samples.len() > window {
+            samples.pop_front();
+        }
+        if let (true, Some(first), Some(last)) =
+            (samples.len() == window, samples.front(), samples.back())
+        {
+            if last.1.saturating_sub(first.1) < 10_000_000 {
+                return Ok(Some(*first));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(None)
+}
+
 /// Starts `berth serve` on `data` (holding the pending timers), times the
 /// `initialize` answer, then polls its CPU time and memory until it is quiet.
 async fn restart(bin: &Path, dir: &Path, data: &Path) -> anyhow::Result<Restart> {
@@ -1350,26 +1428,7 @@ async fn restart(bin: &Path, dir: &Path, data: &Path) -> anyhow::Result<Restart>
     let to_initialize = spawned.elapsed();
     let pid = acp.pid().context("berth exited")?;
     let status = format!("/proc/{pid}/status");
-    // Quiet: under 10 ms of CPU over a 500 ms window, sampled every 20 ms.
-    let window = 25;
-    let mut samples: std::collections::VecDeque<(Instant, u64)> = Default::default();
-    let mut quiet = None;
-    while spawned.elapsed() < Duration::from_secs(60) {
-        let cpu = cpu_ns(pid).context("cannot read berth's CPU time")?;
-        samples.push_back((Instant::now(), cpu));
-        if samples.len() > window {
-            samples.pop_front();
-        }
-        if let (true, Some(first), Some(last)) =
-            (samples.len() == window, samples.front(), samples.back())
-        {
-            if last.1.saturating_sub(first.1) < 10_000_000 {
-                quiet = Some(*first);
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let quiet = wait_quiet(pid, spawned, Duration::from_secs(60)).await?;
     let mem = mem_of(&status);
     acp.shutdown().await?;
     Ok(Restart {
@@ -1377,5 +1436,362 @@ async fn restart(bin: &Path, dir: &Path, data: &Path) -> anyhow::Result<Restart>
         to_quiet: quiet.map(|(at, _)| at - spawned),
         mem,
         cpu_ms: quiet.map(|(_, cpu)| cpu as f64 / 1e6),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// 3. Parked density over the wire
+// ---------------------------------------------------------------------------
+
+/// Section 3's figures.
+#[derive(Debug)]
+struct DensityReport {
+    parked: usize,
+    probes: usize,
+    window: usize,
+    created_in: Duration,
+    parked_in: Duration,
+    /// berth after `initialize`, before any session.
+    mem_empty: Mem,
+    /// berth with every session parked, once its CPU went quiet.
+    mem_parked: Mem,
+    /// stdin closed → berth exited, with every session parked.
+    stopped_in: Duration,
+    /// Whether it exited by itself (else it was killed after 300 s).
+    clean_stop: bool,
+    /// Apparent size of the data directory right after `initialize` (empty).
+    disk_empty_bytes: u64,
+    /// Apparent size and allocated bytes of the data directory after a clean stop.
+    disk_bytes: u64,
+    disk_alloc_bytes: u64,
+    /// Restart: spawn → `initialize` answered.
+    to_initialize: Duration,
+    /// Restart: spawn → every probe's `resumed` seen (an upper bound on when
+    /// the overdue wake-ups fired).
+    to_probes_fired: Duration,
+    /// Restart: spawn → CPU quiet.
+    to_quiet: Option<Duration>,
+    mem_restarted: Mem,
+}
+
+impl DensityReport {
+    fn per_unit(&self, bytes: u64) -> f64 {
+        bytes as f64 / (self.parked + self.probes) as f64
+    }
+
+    fn print(&self) {
+        let units = self.parked + self.probes;
+        println!("== parked density over stdio (real binary) ==");
+        println!(
+            "parked            {} sessions with a one-day timeout + {} probes with a short one, {} requests in flight",
+            self.parked, self.probes, self.window
+        );
+        println!(
+            "created           {:.2} s ({:.0} session/new per s); parked in {:.2} s ({:.0} suspends/s)",
+            self.created_in.as_secs_f64(),
+            units as f64 / self.created_in.as_secs_f64(),
+            self.parked_in.as_secs_f64(),
+            units as f64 / self.parked_in.as_secs_f64()
+        );
+        let rss_delta = self.mem_parked.rss.saturating_sub(self.mem_empty.rss);
+        println!(
+            "RSS               {:.1} MiB empty, {:.1} MiB with all parked (VmHWM {:.1} MiB): {:.0} B per parked session",
+            mib(self.mem_empty.rss),
+            mib(self.mem_parked.rss),
+            mib(self.mem_parked.hwm),
+            self.per_unit(rss_delta)
+        );
+        println!(
+            "stop              {:.2} s from stdin closed to exit{}",
+            self.stopped_in.as_secs_f64(),
+            if self.clean_stop {
+                ""
+            } else {
+                " (killed: it did not exit by itself)"
+            }
+        );
+        println!(
+            "disk              {:.1} MiB data dir ({:.1} MiB allocated): {:.0} B per parked session",
+            mib(self.disk_bytes),
+            mib(self.disk_alloc_bytes),
+            self.per_unit(self.disk_bytes)
+        );
+        println!(
+            "restart           initialize answered {:.1} ms after spawn; all {} overdue probes fired within {:.1} ms; CPU quiet {}",
+            self.to_initialize.as_secs_f64() * 1e3,
+            self.probes,
+            self.to_probes_fired.as_secs_f64() * 1e3,
+            self.to_quiet
+                .map_or_else(|| "not within 120 s".into(), |d| format!("{:.1} ms", d.as_secs_f64() * 1e3))
+        );
+        println!(
+            "after restart     RSS {:.1} MiB ({:.0} B per parked session, nothing live but the wake-ups), VmHWM {:.1} MiB",
+            mib(self.mem_restarted.rss),
+            self.per_unit(self.mem_restarted.rss),
+            mib(self.mem_restarted.hwm)
+        );
+        println!();
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "parked": self.parked,
+            "probes": self.probes,
+            "window": self.window,
+            "created_s": self.created_in.as_secs_f64(),
+            "parked_s": self.parked_in.as_secs_f64(),
+            "rss_empty_bytes": self.mem_empty.rss,
+            "rss_parked_bytes": self.mem_parked.rss,
+            "hwm_parked_bytes": self.mem_parked.hwm,
+            "rss_per_parked_bytes": self.per_unit(self.mem_parked.rss.saturating_sub(self.mem_empty.rss)).round(),
+            "stop_s": self.stopped_in.as_secs_f64(),
+            "clean_stop": self.clean_stop,
+            "disk_empty_bytes": self.disk_empty_bytes,
+            "disk_bytes": self.disk_bytes,
+            "disk_alloc_bytes": self.disk_alloc_bytes,
+            "disk_per_parked_bytes": self.per_unit(self.disk_bytes).round(),
+            "restart_to_initialize_ms": self.to_initialize.as_secs_f64() * 1e3,
+            "restart_to_probes_fired_ms": self.to_probes_fired.as_secs_f64() * 1e3,
+            "restart_to_quiet_ms": self.to_quiet.map(|d| d.as_secs_f64() * 1e3),
+            "rss_restarted_bytes": self.mem_restarted.rss,
+            "hwm_restarted_bytes": self.mem_restarted.hwm,
+        })
+    }
+}
+
+/// Sends `n` requests `method` (params from `params(i)`), keeping at most
+/// `window` in flight; returns the results in request order. Notifications
+/// in between are dropped.
+async fn pipelined(
+    acp: &mut AcpPipe,
+    n: usize,
+    window: usize,
+    method: &str,
+    mut params: impl FnMut(usize) -> Value,
+) -> anyhow::Result<Vec<Value>> {
+    let mut results = vec![Value::Null; n];
+    let mut pending: HashMap<u64, usize> = HashMap::with_capacity(window);
+    let (mut next, mut done) = (0, 0);
+    while done < n {
+        while next < n && pending.len() < window.max(1) {
+            let (id, line) = acp.request_line(method, params(next));
+            acp.write(&line).await?;
+            pending.insert(id, next);
+            next += 1;
+        }
+        let (_, _, frame) = acp.recv().await?;
+        if let Frame::Response(id, result) = classify_frame(&frame)? {
+            let i = pending
+                .remove(&id)
+                .with_context(|| format!("unexpected response: {frame}"))?;
+            results[i] = result.map_err(|e| anyhow!("{method} failed: {e}"))?.clone();
+            done += 1;
+        }
+    }
+    Ok(results)
+}
+
+/// Apparent and allocated bytes of every file under `dir`.
+fn dir_size(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = (0, 0);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return total;
+    };
+    for entry in entries.flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_dir() {
+            let (a, b) = dir_size(&entry.path());
+            total = (total.0 + a, total.1 + b);
+        } else {
+            total = (total.0 + meta.len(), total.1 + meta.blocks() * 512);
+        }
+    }
+    total
+}
+
+/// Parks `--park` sessions (one-day timeouts) and `--park-probes` sessions
+/// (timeouts of `--timeout-secs`) over the wire, measures berth's memory and
+/// the data directory, stops berth, waits until every probe is overdue,
+/// restarts it and times `initialize`, the probes' firing and the CPU going
+/// quiet.
+async fn density_bench(args: &Args, bin: &Path) -> anyhow::Result<DensityReport> {
+    let (parked, probes, window) = (args.park, args.park_probes, args.park_window.max(1));
+    let units = parked + probes;
+    let dir = tempfile::Builder::new()
+        .prefix("berth-bench-density-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    let cwd = dir.path().join("work");
+    std::fs::create_dir_all(&cwd)?;
+    let data = dir.path().join("data");
+    let script = dir.path().join("wake.toml");
+    std::fs::write(&script, wake_script())?;
+    let max_in_flight = (2 * window + 64).to_string();
+    let extra: [&std::ffi::OsStr; 2] = ["--max-in-flight".as_ref(), max_in_flight.as_ref()];
+    let mut acp = AcpPipe::spawn(
+        bin,
+        &data,
+        &script,
+        &dir.path().join("berth.stderr"),
+        &extra,
+    )?;
+    acp.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    )
+    .await
+    .context("initialize")?;
+    let pid = acp.pid().context("berth exited")?;
+    let status = format!("/proc/{pid}/status");
+    let mem_empty = mem_of(&status);
+    let disk_empty_bytes = dir_size(&data).0;
+
+    let started = Instant::now();
+    let created = pipelined(
+        &mut acp,
+        units,
+        window,
+        "session/new",
+        |_| json!({"cwd": cwd, "mcpServers": []}),
+    )
+    .await
+    .context("creating the sessions")?;
+    let created_in = started.elapsed();
+    let ids: Vec<String> = created
+        .iter()
+        .map(|r| {
+            r["sessionId"]
+                .as_str()
+                .map(str::to_owned)
+                .with_context(|| format!("session/new answered without a sessionId: {r}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let far_minutes = 24.0 * 60.0;
+    let probe_minutes = args.timeout_secs / 60.0;
+    let started = Instant::now();
+    let answers = pipelined(&mut acp, units, window, "session/suspend", |i| {
+        let (minutes, input) = if i < parked {
+            (far_minutes, format!("{WAKE_MATCH} parked {i}"))
+        } else {
+            (probe_minutes, format!("{WAKE_MATCH} probe {i}"))
+        };
+        json!({
+            "sessionId": ids[i],
+            "reason": "bench-sched density",
+            "resumeWhen": {"timeout": {
+                "durationMinutes": minutes,
+                "onTimeout": "resume_with_input",
+                "input": input,
+            }},
+        })
+    })
+    .await
+    .context("parking the sessions")?;
+    let parked_in = started.elapsed();
+    let probe_timeout = chrono::Duration::milliseconds(timeout_ms(probe_minutes));
+    let mut last_due: Option<DateTime<Utc>> = None;
+    for answer in &answers[parked..] {
+        let at: DateTime<Utc> = serde_json::from_value(answer["suspendedAt"].clone())
+            .with_context(|| format!("suspend answered without a valid suspendedAt: {answer}"))?;
+        last_due = last_due.max(Some(at + probe_timeout));
+    }
+    if let Some(bad) = answers.iter().find(|a| {
+        !a["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("parked while idle"))
+    }) {
+        bail!("a session did not park while idle: {bad}");
+    }
+    wait_quiet(pid, Instant::now(), Duration::from_secs(120)).await?;
+    let mem_parked = mem_of(&status);
+    let (stopped_in, clean_stop) = acp.shutdown_within(Duration::from_secs(300)).await?;
+    let (disk_bytes, disk_alloc_bytes) = dir_size(&data);
+
+    // Every probe must be overdue before berth comes back.
+    if let Some(due) = last_due {
+        let wait = (due - Utc::now()).num_milliseconds() + 100;
+        if wait > 0 {
+            tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        }
+    }
+    let spawned = Instant::now();
+    let mut acp = AcpPipe::spawn(
+        bin,
+        &data,
+        &script,
+        &dir.path().join("restart.stderr"),
+        &extra,
+    )?;
+    acp.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    )
+    .await
+    .context("initialize after the restart")?;
+    let to_initialize = spawned.elapsed();
+    let pid = acp.pid().context("berth exited")?;
+    let status = format!("/proc/{pid}/status");
+    // Attach to every probe (replaying its events): a `resumed` event,
+    // replayed or live, means its overdue wake-up fired.
+    let probe_index: HashMap<&str, usize> = ids[parked..]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.as_str(), i))
+        .collect();
+    let mut fired = vec![false; probes];
+    let mut fired_count = 0;
+    let mut last_fired = spawned;
+    let mut pending: HashMap<u64, usize> = HashMap::new();
+    let mut next = 0;
+    while fired_count < probes || !pending.is_empty() {
+        while next < probes && pending.len() < window {
+            let (id, line) =
+                acp.request_line("session/load", json!({"sessionId": ids[parked + next]}));
+            acp.write(&line).await?;
+            pending.insert(id, next);
+            next += 1;
+        }
+        let (at, _, frame) = acp.recv().await?;
+        match classify_frame(&frame)? {
+            Frame::Response(id, result) => {
+                pending
+                    .remove(&id)
+                    .with_context(|| format!("unexpected response: {frame}"))?;
+                result.map_err(|e| anyhow!("session/load failed: {e}"))?;
+            }
+            Frame::Note(session, "resumed") => {
+                if let Some(&i) = probe_index.get(session) {
+                    if !fired[i] {
+                        fired[i] = true;
+                        fired_count += 1;
+                        last_fired = at;
+                    }
+                }
+            }
+            Frame::Note(..) => {}
+        }
+    }
+    let to_probes_fired = last_fired - spawned;
+    let quiet = wait_quiet(pid, spawned, Duration::from_secs(120)).await?;
+    let mem_restarted = mem_of(&status);
+    acp.shutdown().await?;
+    Ok(DensityReport {
+        parked,
+        probes,
+        window,
+        created_in,
+        parked_in,
+        mem_empty,
+        mem_parked,
+        stopped_in,
+        clean_stop,
+        disk_empty_bytes,
+        disk_bytes,
+        disk_alloc_bytes,
+        to_initialize,
+        to_probes_fired,
+        to_quiet: quiet.map(|(at, _)| at - spawned),
+        mem_restarted,
     })
 }

@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::steering::SteeringQueue;
+use crate::steering::{Injection, Seam, SteeringQueue};
 use crate::suspension::SuspendMode;
 use crate::terminal::{Terminal, TerminalKind};
 
@@ -21,6 +21,19 @@ pub struct TurnControl {
     suspend_signal: CancellationToken,
     interrupt_signal: CancellationToken,
     policy: Mutex<Option<String>>,
+    feed: Option<std::sync::Arc<dyn SteeringFeed>>,
+}
+
+/// Puts recorded injections into a replayed turn's steering queue at the
+/// seam where the journal says they were drained (`berth replay`; DESIGN.md,
+/// "Deterministic replay"). A live turn has none: its queue is filled by
+/// `session/inject` as messages arrive.
+pub trait SteeringFeed: Send + Sync + std::fmt::Debug {
+    /// Called with the queue locked, right before the turn drains it: at
+    /// `Some(seam)` (the messages due there are taken next), or `None` when
+    /// everything still pending is taken (the turn parks, or its loop
+    /// exited, and drops them).
+    fn before_drain(&self, queue: &mut SteeringQueue, seam: Option<Seam>);
 }
 
 /// A tool call of the running turn, as `session/cancel_tool_call` sees it.
@@ -47,6 +60,35 @@ pub enum CallCancel {
 }
 
 impl TurnControl {
+    /// A control block whose steering queue is filled by `feed` at each
+    /// drain (`berth replay`) instead of by the session actor.
+    pub fn with_feed(feed: std::sync::Arc<dyn SteeringFeed>) -> Self {
+        Self {
+            feed: Some(feed),
+            ..Self::default()
+        }
+    }
+
+    /// Takes the injections due at `seam` (FIFO), after the feed (if any)
+    /// put in what was pending there.
+    pub fn drain_at(&self, seam: Seam) -> Vec<Injection> {
+        let mut queue = self.steering();
+        if let Some(feed) = &self.feed {
+            feed.before_drain(&mut queue, Some(seam));
+        }
+        queue.drain(seam)
+    }
+
+    /// Takes every injection still pending (the turn parks or ended), after
+    /// the feed (if any) put in what was pending then.
+    pub fn drain_rest(&self) -> Vec<Injection> {
+        let mut queue = self.steering();
+        if let Some(feed) = &self.feed {
+            feed.before_drain(&mut queue, None);
+        }
+        queue.drain_all()
+    }
+
     /// Asks the turn to stop with `terminal`. The first stop wins; returns
     /// `false` when the turn was already asked to stop.
     pub fn stop(&self, terminal: Terminal) -> bool {

@@ -16,7 +16,7 @@ mod control;
 mod spans;
 mod turn;
 
-pub use control::{CallCancel, TurnControl};
+pub use control::{CallCancel, SteeringFeed, TurnControl};
 pub use turn::{
     check_resumable, config_fingerprint, config_fingerprint_of, resume_turn, run_turn,
     ExecutionSuspended, ResumeRefusal, TurnDeps, TurnExit, TurnOutcome, TurnSpec,

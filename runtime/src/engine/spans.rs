@@ -47,7 +47,8 @@ pub(crate) fn model_call(
 }
 
 /// Records a model call's usage (tokens) and why it stopped, or its error
-/// kind (`error.type`: `transport`, `http_status`, `protocol`, `config`).
+/// kind (`error.type`: `transport`, `http_status`, `protocol`, `config`,
+/// or `recorded` for an error `berth replay` plays back from the journal).
 pub(crate) fn model_result(span: &Span, result: &Result<ModelResponse, ModelError>) {
     if span.is_disabled() {
         return;
@@ -80,6 +81,9 @@ pub(crate) fn model_result(span: &Span, result: &Result<ModelResponse, ModelErro
                 ModelError::Status { .. } => "http_status",
                 ModelError::Protocol(_) => "protocol",
                 ModelError::Config(_) => "config",
+                // Only `berth replay` plays recorded errors; the original
+                // kind is not on the tape.
+                ModelError::Recorded(_) => "recorded",
             };
             span.record("error.type", kind);
             span.record("otel.status_code", "ERROR");

@@ -11,6 +11,7 @@ use tracing::Instrument;
 use super::spans;
 use super::{PermissionDecision, PermissionRequest, SinkError, TurnControl, TurnSink};
 use crate::budget::Budget;
+use crate::clock::Clock;
 use crate::content::Prompt;
 use crate::directives::{Authority, CompletionJudge, Directive, DirectiveSet, Registered};
 use crate::event::{SessionEvent, ToolCallStatus};
@@ -66,6 +67,10 @@ pub struct TurnDeps {
     /// The session's budget, when a policy applies: going over it suspends
     /// the turn (`interrupt_immediate`, initiator `policy`).
     pub budget: Option<Budget>,
+    /// Where the turn reads wall time (its `accounting.wall_ms`, ms since
+    /// this run started, at millisecond precision). Injected so that
+    /// `berth replay` can feed the recorded readings.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// How a turn ended.
@@ -253,9 +258,9 @@ struct Turn<'a> {
     file_changes: std::sync::Mutex<Vec<FileChange>>,
     /// User messages to add after the current batch's results.
     resume_notes: Vec<String>,
-    /// When this run of the turn started (wall time before a suspension is
-    /// in `accounting.wall_ms` already).
-    started: std::time::Instant,
+    /// When this run of the turn started, unix ms from `deps.clock` (wall
+    /// time before a suspension is in `accounting.wall_ms` already).
+    started_ms: i64,
     wall_before: u64,
 }
 
@@ -324,14 +329,15 @@ impl<'a> Turn<'a> {
             judged: false,
             file_changes: Default::default(),
             resume_notes: Vec::new(),
-            started: std::time::Instant::now(),
+            started_ms: deps.clock.now().timestamp_millis(),
             wall_before: 0,
         }
     }
 
     /// The accounting with the wall time up to now.
     fn accounting_now(&self) -> Accounting {
-        let elapsed = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let now_ms = self.deps.clock.now().timestamp_millis();
+        let elapsed = u64::try_from(now_ms.saturating_sub(self.started_ms)).unwrap_or(0);
         Accounting {
             wall_ms: self.wall_before.saturating_add(elapsed),
             ..self.accounting
@@ -394,7 +400,7 @@ impl<'a> Turn<'a> {
     ) -> Result<ExecutionSuspended, SinkError> {
         frame.file_changes = self.take_file_changes();
         self.sink.checkpoint(&frame).await?;
-        let pending: Vec<_> = self.deps.control.steering().drain_all();
+        let pending: Vec<_> = self.deps.control.drain_rest();
         for injection in pending {
             self.sink
                 .emit(SessionEvent::InjectionDropped {
@@ -532,6 +538,7 @@ impl<'a> Turn<'a> {
             iteration,
             cwd: self.spec.cwd.clone(),
             history: Arc::clone(self.spec.history.messages()),
+            history_fingerprint: self.spec.history.fingerprint().to_owned(),
             turn_messages: self.turn_messages.clone(),
             tools: self.deps.tools.specs(),
         };
@@ -618,7 +625,7 @@ impl<'a> Turn<'a> {
         if seam != Seam::LoopExit && self.accounting.model_calls >= self.spec.max_model_calls {
             return Ok(0);
         }
-        let due = self.deps.control.steering().drain(seam);
+        let due = self.deps.control.drain_at(seam);
         let mut visible = 0;
         for injection in due {
             let text = injection.content.to_model_text();
@@ -698,7 +705,7 @@ impl<'a> Turn<'a> {
     /// (the turn was stopped before a steer seam came) is recorded as dropped.
     async fn exit_loop(&mut self) -> Result<(), SinkError> {
         self.deliver(Seam::LoopExit).await?;
-        let dropped: Vec<_> = self.deps.control.steering().drain_all();
+        let dropped: Vec<_> = self.deps.control.drain_rest();
         for injection in dropped {
             self.sink
                 .emit(SessionEvent::InjectionDropped {
@@ -737,7 +744,7 @@ impl<'a> Turn<'a> {
             .checkpoint(&self.frame(Phase::Tools, iteration, vec![], calls.clone()))
             .await?;
         // Seam: pre_tool_dispatch. An interrupt here skips the whole batch.
-        let interrupts = self.deps.control.steering().drain(Seam::PreToolDispatch);
+        let interrupts = self.deps.control.drain_at(Seam::PreToolDispatch);
         if !interrupts.is_empty() {
             return self.skip_batch(iteration, calls, interrupts).await;
         }

@@ -64,6 +64,12 @@ pub struct ModelRequest {
     pub cwd: PathBuf,
     /// The transcript before this turn (shared, not copied per call).
     pub history: Arc<Vec<Message>>,
+    /// [`crate::history::Transcript::fingerprint`] of `history` (empty when
+    /// not computed): lets the replay tape fingerprint a request without
+    /// re-serializing the whole history per call
+    /// ([`crate::tape::request_sha256`]). Not sent to a provider.
+    #[serde(skip)]
+    pub history_fingerprint: String,
     /// This turn's messages so far (the user prompt first).
     pub turn_messages: Vec<Message>,
     /// Tools the model may call.
@@ -158,6 +164,10 @@ pub enum ModelError {
     /// The provider is misconfigured (missing key, bad script…).
     #[error("model provider misconfigured: {0}")]
     Config(String),
+    /// A failure replayed from the journal (`berth replay`): the message is
+    /// the original error's whole text, so the turn's terminal reads the same.
+    #[error("{0}")]
+    Recorded(String),
 }
 
 /// A model provider.

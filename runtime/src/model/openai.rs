@@ -930,6 +930,7 @@ mod tests {
             iteration: 2,
             cwd: "/tmp".into(),
             history: Default::default(),
+            history_fingerprint: String::new(),
             turn_messages: vec![],
             tools: vec![],
         }

@@ -410,6 +410,7 @@ mod tests {
             iteration,
             cwd: "/tmp/work".into(),
             history: Default::default(),
+            history_fingerprint: String::new(),
             // `iteration` earlier answers to the prompt select the piece.
             turn_messages: std::iter::once(Message::User { text: input.into() })
                 .chain((0..iteration).map(|_| Message::Assistant {

@@ -8,8 +8,10 @@
 //! [`ToolSet`] is what a session offers its model.
 
 pub mod await_resumption;
+pub mod direct_reply;
 pub mod files;
 pub mod processes;
+pub mod publish_artifact;
 pub mod shell;
 pub mod wait_for_file;
 
@@ -148,8 +150,9 @@ pub struct FileChange {
     pub after: Option<String>,
 }
 
-/// Typed tool failures; the model reads them as error results.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
+/// Typed tool failures; the model reads them as error results. Journaled
+/// on the replay tape as they serialize here (`{"error": "unknown_tool", …}`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[serde(tag = "error", rename_all = "snake_case")]
 pub enum ToolError {
     /// The model called a tool this session does not have.
@@ -300,8 +303,9 @@ pub struct ToolSet {
 }
 
 impl ToolSet {
-    /// `shell`, `read_file`, `write_file`, `wait_for_file` and
-    /// `await_resumption` with their default bounds.
+    /// `shell`, `read_file`, `write_file`, `wait_for_file`,
+    /// `await_resumption`, `publish_artifact` and `direct_reply` with their
+    /// default bounds.
     pub fn builtin() -> Self {
         let mut set = Self::default();
         set.insert(Arc::new(shell::Shell::default()));
@@ -309,6 +313,8 @@ impl ToolSet {
         set.insert(Arc::new(files::WriteFile));
         set.insert(Arc::new(wait_for_file::WaitForFile::default()));
         set.insert(Arc::new(await_resumption::AwaitResumption));
+        set.insert(Arc::new(publish_artifact::PublishArtifact));
+        set.insert(Arc::new(direct_reply::DirectReply));
         set
     }
 
@@ -325,6 +331,23 @@ impl ToolSet {
     /// Specs of all tools, sorted by name.
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|t| t.spec()).collect()
+    }
+
+    /// The tool names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.tools.keys().cloned().collect()
+    }
+
+    /// The same set with every tool replaced by `wrap(tool)` under the same
+    /// name (the replay tape's recorders, `berth replay`'s stand-ins).
+    pub fn wrapped(&self, wrap: impl Fn(&Arc<dyn Tool>) -> Arc<dyn Tool>) -> Self {
+        Self {
+            tools: self
+                .tools
+                .iter()
+                .map(|(name, tool)| (name.clone(), wrap(tool)))
+                .collect(),
+        }
     }
 }
 

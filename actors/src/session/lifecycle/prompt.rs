@@ -7,20 +7,23 @@ use std::sync::Arc;
 use berth_runtime::budget::{Budget, BudgetLimits};
 use berth_runtime::content::Prompt;
 use berth_runtime::engine::{
-    resume_turn, run_turn, TurnControl, TurnDeps, TurnExit, TurnOutcome, TurnSpec,
+    config_fingerprint, resume_turn, run_turn, TurnControl, TurnDeps, TurnExit, TurnOutcome,
+    TurnSpec,
 };
 use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::frame::Frame;
 use berth_runtime::history::{Message, Transcript};
 use berth_runtime::ids::TurnId;
+use berth_runtime::suspension::Suspension;
+use berth_runtime::tape::{Tape, TapeRecorder, TapedClock, TapedModel, TapedTool, TurnConfig};
 use berth_runtime::terminal::{Terminal, TerminalKind};
 use berth_runtime::tools::ResumeInput;
-use berth_storage::{Batch, OpenTurn, TurnCheckpoint};
+use berth_storage::{Batch, OpenTurn, SessionRecord, TurnCheckpoint};
 use futures::FutureExt;
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::Instrument;
 
-use super::super::receipt::stamp;
+use super::super::receipt::{append_records, stamp, Stamper};
 use super::super::sink::JournalSink;
 use super::super::{RunningTurn, SessionMsg, SessionState};
 use super::suspend;
@@ -195,8 +198,33 @@ pub(crate) fn turn_setup(
         judge: env.config.completion_judge.clone(),
         needs_approval: env.config.needs_approval.clone(),
         budget: session_budget(state),
+        clock: Arc::clone(&env.config.clock),
     };
     (spec, deps)
+}
+
+/// `deps` with its model, tools and clock recording on a fresh replay tape
+/// (`berth_runtime::tape`), which starts with the run's configuration.
+pub(crate) fn taped(spec: &TurnSpec, deps: TurnDeps) -> (TurnDeps, TapeRecorder) {
+    let tape = TapeRecorder::new(TurnConfig {
+        model: deps.model.name().to_owned(),
+        max_model_calls: spec.max_model_calls,
+        tools: deps.tools.names(),
+        needs_approval: deps.needs_approval.clone(),
+        judge: deps.judge.as_ref().map(|j| format!("{j:?}")),
+        budget: deps.budget.clone(),
+        config_fingerprint: config_fingerprint(spec, &deps),
+    });
+    let tools = deps
+        .tools
+        .wrapped(|tool| Arc::new(TapedTool::new(Arc::clone(tool), tape.clone())) as Arc<_>);
+    let deps = TurnDeps {
+        model: Arc::new(TapedModel::new(Arc::clone(&deps.model), tape.clone())),
+        clock: Arc::new(TapedClock::new(Arc::clone(&deps.clock), tape.clone())),
+        tools,
+        ..deps
+    };
+    (deps, tape)
 }
 
 /// The budget this session's turns run under: the tightest limits of the
@@ -234,11 +262,13 @@ pub(crate) fn spawn(
 ) {
     let control = Arc::new(TurnControl::default());
     let (spec, deps) = turn_setup(state, turn_id.clone(), prompt, &control);
+    let (deps, tape) = taped(&spec, deps);
     let sink = JournalSink {
         env: Arc::clone(&state.env),
         session_id: state.record.session_id.clone(),
         turn_id: turn_id.clone(),
         watchers: Arc::clone(&state.watchers),
+        tape: tape.clone(),
     };
     let actor = myself.clone();
     let finished_id = turn_id.clone();
@@ -269,10 +299,13 @@ pub(crate) fn spawn(
         };
         // Release the turn's share of the transcript before the actor extends it.
         drop((spec, deps, sink));
+        // What the run consumed after its last event rides on its exit batch.
+        let tape = Box::new(tape.take());
         // If the actor is gone, its successor seals the turn from the journal.
         let _ = actor.send_message(SessionMsg::TurnFinished {
             turn_id: finished_id,
             exit: Box::new(exit),
+            tape,
         });
     });
     state.turn = Some(RunningTurn {
@@ -321,6 +354,7 @@ pub(crate) async fn finish(
     state: &mut SessionState,
     turn_id: TurnId,
     exit: TurnExit,
+    tape: Tape,
 ) -> Result<(), ActorProcessingErr> {
     if state.turn.as_ref().is_none_or(|t| t.turn_id != turn_id) {
         return Ok(());
@@ -338,8 +372,8 @@ pub(crate) async fn finish(
     };
     crate::metrics::record_turn(&label, ran_ms);
     match exit {
-        TurnExit::Ended(outcome) => seal_ended(state, turn, outcome).await?,
-        TurnExit::Suspended(suspended) => suspend::park_turn(state, turn, *suspended).await?,
+        TurnExit::Ended(outcome) => seal_ended(state, turn, outcome, tape).await?,
+        TurnExit::Suspended(suspended) => suspend::park_turn(state, turn, *suspended, tape).await?,
     }
     if !state.pending_close.is_empty() {
         super::close::finalize(myself, state).await?;
@@ -348,33 +382,81 @@ pub(crate) async fn finish(
     Ok(())
 }
 
-/// Seals an ended turn: one durable batch with `turn_ended`, the new
+/// What sealing an ended turn journals: `turn_ended` (after a drop for every
+/// message still queued) and — when a suspension was requested while it ran
+/// and it ended before a seam could park it (`wait_for_completion`, or the
+/// model ended the turn), unless a close is waiting (`closing`) — the idle
+/// session's park, drained at `loop_exit`. Takes the request out of `record`.
+/// Returns the events and the suspension to commit with them. The same
+/// function re-derives the exit in `berth replay`. `link` fills a park's
+/// span links before its receipts are derived (see
+/// [`suspend::parked_turn_events`]); it is not called when nothing parks.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ended_events(
+    env: &impl Stamper,
+    record: &mut SessionRecord,
+    control: &TurnControl,
+    turn_id: &TurnId,
+    outcome: &TurnOutcome,
+    closing: bool,
+    now: chrono::DateTime<chrono::Utc>,
+    link: impl FnOnce(&mut Suspension),
+) -> (Vec<SessionEvent>, Option<Suspension>) {
+    let terminal = outcome.terminal.clone();
+    // Injections accepted after the turn's loop exited never reached it.
+    let mut events =
+        suspend::drop_pending(control, "the turn ended before this message was delivered");
+    events.push(SessionEvent::TurnEnded {
+        turn_id: turn_id.clone(),
+        stop_reason: terminal.stop_reason(),
+        terminal,
+        usage: outcome.usage,
+    });
+    // A close stops the turn and takes precedence over a pending suspension.
+    let request = record
+        .suspend_request
+        .take()
+        .or_else(|| suspend::policy_request(env, control, now));
+    let parked = match request {
+        Some(request) if !closing => {
+            let mut suspension = suspend::envelope(record, &request, None, None, now);
+            link(&mut suspension);
+            // Drained after the loop exited (`wait_for_completion`, or the
+            // model ended the turn before a seam could park it).
+            events.extend(suspend::parked_events(
+                env,
+                &suspension,
+                "session/suspend",
+                Some((
+                    request.mode,
+                    Some(berth_runtime::steering::Seam::LoopExit),
+                    turn_id.clone(),
+                )),
+            ));
+            Some(suspension)
+        }
+        _ => None,
+    };
+    (events, parked)
+}
+
+/// Seals an ended turn: one durable batch with [`ended_events`] (the
+/// leftover of the run's replay `tape` on its first record), the new
 /// transcript, the turn checkpoint, and the open-turn marker and frame
-/// removed — and, when a suspension was requested while it ran and it ended
-/// before a seam could park it (`wait_for_completion`, or the model ended the
-/// turn), the idle session parked in the same batch. Then answers the prompt.
+/// removed — and the idle session parked in the same batch when a
+/// suspension was pending. Then answers the prompt.
 async fn seal_ended(
     state: &mut SessionState,
     mut turn: RunningTurn,
     outcome: TurnOutcome,
+    tape: Tape,
 ) -> Result<(), ActorProcessingErr> {
     let env = Arc::clone(&state.env);
     let session_id = state.record.session_id.clone();
     let now = env.config.clock.now();
     let start = state.transcript.len() as u64;
-    let terminal = outcome.terminal;
+    let terminal = outcome.terminal.clone();
     let stop_reason = terminal.stop_reason();
-    // Injections accepted after the turn's loop exited never reached it.
-    let mut events = suspend::drop_pending(
-        &turn.control,
-        "the turn ended before this message was delivered",
-    );
-    events.push(SessionEvent::TurnEnded {
-        turn_id: turn.turn_id.clone(),
-        stop_reason,
-        terminal: terminal.clone(),
-        usage: outcome.usage,
-    });
     // The turn's checkpoint; a new turn discards what was rolled back.
     let mut record = state.record.clone();
     record.updated_at = now;
@@ -394,40 +476,24 @@ async fn seal_ended(
         .append_transcript(&session_id, start, &outcome.turn_messages)
         .delete_frame(&session_id)
         .close_turn(&session_id);
-    // A close stops the turn and takes precedence over a pending suspension.
-    let request = record
-        .suspend_request
-        .take()
-        .or_else(|| suspend::policy_request(&env, &turn.control, now));
     let mut suspend_span = None;
-    let parked = match request {
-        Some(request) if state.pending_close.is_empty() => {
-            let mut suspension = suspend::envelope(&record, &request, None, None, now);
-            suspend_span = Some(crate::telemetry::suspend_span(
-                &mut suspension,
-                Some(&turn.span),
-            ));
-            batch = batch.put_suspension(&suspension);
-            // Drained after the loop exited (`wait_for_completion`, or the
-            // model ended the turn before a seam could park it).
-            events.extend(suspend::parked_events(
-                &state.env,
-                &suspension,
-                "session/suspend",
-                Some((
-                    request.mode,
-                    Some(berth_runtime::steering::Seam::LoopExit),
-                    turn.turn_id.clone(),
-                )),
-            ));
-            Some(suspension)
-        }
-        _ => None,
-    };
+    let (events, parked) = ended_events(
+        &env,
+        &mut record,
+        &turn.control,
+        &turn.turn_id,
+        &outcome,
+        !state.pending_close.is_empty(),
+        now,
+        |suspension| {
+            suspend_span = Some(crate::telemetry::suspend_span(suspension, Some(&turn.span)));
+        },
+    );
+    if let Some(suspension) = &parked {
+        batch = batch.put_suspension(suspension);
+    }
     let records = stamp(&env, &session_id, Some(&turn.turn_id), now, events);
-    let batch = records
-        .iter()
-        .fold(batch.put_session(&record), |b, e| b.append(&session_id, e));
+    let batch = append_records(batch.put_session(&record), &session_id, &records, &tape);
     // The turn's and the suspension's spans end before the commit.
     drop(suspend_span);
     drop(std::mem::replace(&mut turn.span, tracing::Span::none()));

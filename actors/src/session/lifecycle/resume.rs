@@ -33,6 +33,10 @@ use crate::error::{ControlError, ResumeConflict};
 use crate::node::{ResumeOutcome, ResumeParams};
 
 const METHOD: &str = "session/resume";
+/// What a parked turn's never-run calls read when a resume starts a fresh
+/// transcript instead of continuing it.
+pub(crate) const FRESH_TRANSCRIPT_WHY: &str =
+    "not run: the session was resumed with a fresh transcript";
 /// Longest quote of one message in a fresh-transcript digest (characters).
 const QUOTE_CHARS: usize = 400;
 
@@ -232,7 +236,7 @@ async fn wake(
                     state.transcript.len() as u64,
                     frame,
                     terminal,
-                    "not run: the session was resumed with a fresh transcript",
+                    FRESH_TRANSCRIPT_WHY,
                 );
                 prelude.batch = prelude.batch.merge(batch);
                 prelude.events = events;
@@ -307,7 +311,14 @@ fn current(state: &SessionState, params: &ResumeParams) -> Result<Suspension, Co
     match (&state.suspension, &params.handle) {
         (Some(s), None) => Ok(s.clone()),
         (Some(s), Some(h)) if *h == s.handle => Ok(s.clone()),
-        (_, Some(h)) => Err(used_up(h)?.unwrap_or_else(not_suspended)),
+        (Some(s), Some(h)) => Err(used_up(h)?.unwrap_or_else(|| ControlError::ResumeConflict {
+            session_id: session_id.clone(),
+            handle: Some(h.clone()),
+            reason: ResumeConflict::HandleMismatch {
+                current: s.handle.clone(),
+            },
+        })),
+        (None, Some(h)) => Err(used_up(h)?.unwrap_or_else(not_suspended)),
         (None, None) if state.record.closed_at.is_some() => Err(ControlError::SessionClosed {
             session_id: session_id.clone(),
         }),
@@ -354,7 +365,7 @@ fn conflict(
 }
 
 /// The prompt of a parked turn (its first user message).
-fn first_prompt(frame: &Frame) -> Prompt {
+pub(crate) fn first_prompt(frame: &Frame) -> Prompt {
     let text = frame
         .turn_messages
         .iter()

@@ -19,6 +19,7 @@ use berth_runtime::steering::Seam;
 use berth_runtime::suspension::{
     Initiator, ResumeClaim, ResumeClaimKind, SuspendMode, SuspendRequest, Suspension, Wakeup,
 };
+use berth_runtime::tape::Tape;
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind, TerminalOwner};
 use berth_storage::{Batch, SessionRecord};
 use chrono::{DateTime, Utc};
@@ -26,10 +27,11 @@ use ractor::{ActorProcessingErr, RpcReplyPort};
 use serde_json::json;
 
 use super::super::receipt::{
-    receipt, receipt_in, rejected, stamp, suspend_drained, suspension_receipt,
+    append_records, control_outcome_at, receipt, rejected, signed_outcome, stamp, suspend_drained,
+    suspension_receipt, Stamper,
 };
 use super::super::seal::seal_parked;
-use super::super::{RunningTurn, SessionEnv, SessionState};
+use super::super::{RunningTurn, SessionState};
 use crate::error::ControlError;
 use crate::node::{PromptOutcome, SuspendOutcome, SuspendParams};
 
@@ -228,9 +230,10 @@ pub(crate) type Drained = Option<(SuspendMode, Option<Seam>, TurnId)>;
 
 /// The `suspended` event, its `control_outcome` receipt, its signed
 /// `SuspensionReceipt`, and — when the park drained a queued request — that
-/// request's signed drain receipt.
+/// request's signed drain receipt. Every receipt is decided at the
+/// suspension's `suspended_at`.
 pub(crate) fn parked_events(
-    env: &SessionEnv,
+    env: &impl Stamper,
     suspension: &Suspension,
     method: &str,
     drained: Drained,
@@ -246,15 +249,19 @@ pub(crate) fn parked_events(
             turn_id: suspension.turn_id.clone(),
             mode: suspension.mode,
         },
-        receipt_in(
+        signed_outcome(
             env,
-            &suspension.session_id,
-            method,
-            &suspension.actor,
-            ControlStatus::Accepted,
-            "suspended",
-            json!({"sessionId": suspension.session_id, "handle": suspension.handle}),
-            suspension.reason.as_deref(),
+            control_outcome_at(
+                env,
+                &suspension.session_id,
+                method,
+                &suspension.actor,
+                ControlStatus::Accepted,
+                "suspended",
+                json!({"sessionId": suspension.session_id, "handle": suspension.handle}),
+                suspension.reason.as_deref(),
+                suspension.suspended_at,
+            ),
         ),
         suspension_receipt(env, suspension),
     ];
@@ -315,11 +322,59 @@ pub(crate) fn suspended_terminal(suspension: &Suspension) -> Terminal {
     }
 }
 
+/// What parking a turn the engine suspended journals: a drop for every
+/// message still queued, then [`parked_events`] for the suspension — a
+/// client's (or a policy's) pending request, drained at the seam the turn
+/// parked at, or else the agent's own park. Takes the request out of
+/// `record`. Returns the events and the suspension (with the frame). The
+/// same function re-derives the park in `berth replay`.
+///
+/// `link` fills the envelope's [`Suspension::span_links`] before the
+/// receipts are derived from it (the `SuspensionReceipt` signs the first
+/// link's span id): a live park opens its `suspend` span there
+/// ([`crate::telemetry::suspend_span`]); replay feeds back the span id the
+/// journal recorded, never a fresh span's.
+pub(crate) fn parked_turn_events(
+    env: &impl Stamper,
+    record: &mut SessionRecord,
+    control: &berth_runtime::engine::TurnControl,
+    turn_id: &TurnId,
+    suspended: ExecutionSuspended,
+    now: DateTime<Utc>,
+    link: impl FnOnce(&mut Suspension),
+) -> (Vec<SessionEvent>, Suspension) {
+    // A client's pending request names the suspension; otherwise the agent
+    // parked itself.
+    let pending = record
+        .suspend_request
+        .take()
+        .or_else(|| policy_request(env, control, now));
+    let (request, summary, method, drained) = match pending {
+        Some(request) => {
+            let drained = Some((request.mode, Some(suspended.seam), turn_id.clone()));
+            (request, None, METHOD, drained)
+        }
+        None => {
+            let (request, summary) = agent_request(env, suspended.park.clone(), now);
+            (request, summary, AGENT_METHOD, None)
+        }
+    };
+    let mut suspension = envelope(record, &request, Some(suspended.frame), summary, now);
+    link(&mut suspension);
+    let mut events = drop_pending(
+        control,
+        "the session suspended before this message was delivered",
+    );
+    events.extend(parked_events(env, &suspension, method, drained));
+    (events, suspension)
+}
+
 /// Parks a turn the engine suspended: the envelope (with the checkpointed
-/// frame), `suspended` event and receipt, the open-turn marker and frame row
-/// removed and the pending request cleared — one durable batch. Then the
-/// prompt answers `end_turn` with terminal `suspended` and the handle, and
-/// every waiting suspend gets the handle.
+/// frame), [`parked_turn_events`] (the leftover of the run's replay `tape`
+/// on the first), the open-turn marker and frame row removed and the
+/// pending request cleared — one durable batch. Then the prompt answers
+/// `end_turn` with terminal `suspended` and the handle, and every waiting
+/// suspend gets the handle.
 ///
 /// # Errors
 /// A journal failure fails the actor (the restarted actor completes the
@@ -328,41 +383,35 @@ pub(crate) async fn park_turn(
     state: &mut SessionState,
     mut turn: RunningTurn,
     suspended: ExecutionSuspended,
+    tape: Tape,
 ) -> Result<(), ActorProcessingErr> {
     let now = state.env.config.clock.now();
     let session_id = state.record.session_id.clone();
     let mut record = state.record.clone();
     record.updated_at = now;
-    let frame = suspended.frame;
-    let usage = frame.accounting.usage;
-    // A client's pending request names the suspension; otherwise the agent
-    // parked itself.
-    let pending = record
-        .suspend_request
-        .take()
-        .or_else(|| policy_request(&state.env, &turn.control, now));
-    let (request, summary, method, drained) = match pending {
-        Some(request) => {
-            let drained = Some((request.mode, Some(suspended.seam), turn.turn_id.clone()));
-            (request, None, METHOD, drained)
-        }
-        None => {
-            let (request, summary) = agent_request(&state.env, suspended.park.clone(), now);
-            (request, summary, AGENT_METHOD, None)
-        }
-    };
-    let mut suspension = envelope(&record, &request, Some(frame), summary, now);
-    let span = crate::telemetry::suspend_span(&mut suspension, Some(&turn.span));
-    let mut events = drop_pending(
+    let usage = suspended.frame.accounting.usage;
+    let mut suspend_span = None;
+    let (events, suspension) = parked_turn_events(
+        &state.env,
+        &mut record,
         &turn.control,
-        "the session suspended before this message was delivered",
+        &turn.turn_id,
+        suspended,
+        now,
+        |suspension| {
+            suspend_span = Some(crate::telemetry::suspend_span(suspension, Some(&turn.span)));
+        },
     );
-    events.extend(parked_events(&state.env, &suspension, method, drained));
     let records = stamp(&state.env, &session_id, Some(&turn.turn_id), now, events);
-    let batch = park_batch(&record, &suspension, &records);
+    let batch = append_records(
+        park_batch(&record, &suspension, &[]),
+        &session_id,
+        &records,
+        &tape,
+    );
     // Neither the suspend span nor the turn's stays open across the pause:
     // both end before the snapshot is persisted.
-    drop(span);
+    drop(suspend_span);
     drop(std::mem::replace(&mut turn.span, tracing::Span::none()));
     match state.env.journal.commit(batch).await {
         Ok(ids) => {
@@ -448,7 +497,7 @@ pub(crate) fn cancel_suspension(
 /// summary it asked to show. A tool that yielded with no park and no client
 /// request behind it parks as the agent too.
 pub(crate) fn agent_request(
-    env: &SessionEnv,
+    env: &impl Stamper,
     park: Option<berth_runtime::tools::AgentPark>,
     now: DateTime<Utc>,
 ) -> (SuspendRequest, Option<String>) {
@@ -458,7 +507,7 @@ pub(crate) fn agent_request(
         summary: None,
     });
     let request = SuspendRequest {
-        handle: env.config.ids.new_id("susp"),
+        handle: env.ids().new_id("susp"),
         mode: SuspendMode::FinishStep,
         initiator: Initiator::Agent,
         actor: "agent".into(),
@@ -494,8 +543,7 @@ pub(crate) fn drop_pending(
     reason: &str,
 ) -> Vec<SessionEvent> {
     control
-        .steering()
-        .drain_all()
+        .drain_rest()
         .into_iter()
         .map(|injection| SessionEvent::InjectionDropped {
             message_id: injection.message_id,
@@ -507,13 +555,13 @@ pub(crate) fn drop_pending(
 /// The suspension a budget breach asks for (mode `interrupt_immediate`,
 /// initiator `policy`), when the turn's control block recorded one.
 pub(crate) fn policy_request(
-    env: &SessionEnv,
+    env: &impl Stamper,
     control: &berth_runtime::engine::TurnControl,
     now: DateTime<Utc>,
 ) -> Option<SuspendRequest> {
     let reason = control.policy_breach()?;
     Some(SuspendRequest {
-        handle: env.config.ids.new_id("susp"),
+        handle: env.ids().new_id("susp"),
         mode: SuspendMode::InterruptImmediate,
         initiator: Initiator::Policy,
         actor: "policy".into(),

@@ -4,7 +4,7 @@
 //!
 //! | role | methods |
 //! |---|---|
-//! | `observer` | `initialize`, `session/list`, `session/load`, `session/resume` (a plain reattach; claiming a suspension needs `controller`), `berth.session_view.query` / `_berth/session_view`, `session/pending_injections`, `_berth/schedule.list` |
+//! | `observer` | `initialize`, `session/list`, `_berth/session.get`, `session/load`, `session/resume` (a plain reattach; claiming a suspension needs `controller`), `berth.session_view.query` / `_berth/session_view`, `session/pending_injections`, `_berth/schedule.list` |
 //! | `controller` | the above, plus `session/new`, `session/prompt`, `session/cancel`, `session/cancel_tool_call`, `session/inject`, `session/revoke_inject` (own messages; another client's needs the session's owner), `session/replace_inject` (own messages), `session/suspend`, `session/rollback`, `session/redo`, `session/set_mode`, `session/set_config_option`, `_berth/event.emit`, `_berth/schedule.create \| pause \| unpause \| delete` |
 //! | `host_owner` | everything, plus `_berth/suspend_many` (the operator broadcast) |
 //!
@@ -35,6 +35,7 @@ pub(crate) fn required_role(method: &str) -> Role {
     match method {
         "initialize"
         | "session/list"
+        | "_berth/session.get"
         | "session/load"
         | "session/resume"
         | "berth.session_view.query"

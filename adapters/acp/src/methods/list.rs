@@ -22,18 +22,59 @@ struct ListParams {
     cursor: Option<String>,
 }
 
+/// The state word of a session in `_meta.berth.state`: `closed`,
+/// `suspended` (parked with a suspension), `quiescing` (a suspend waits for
+/// the running turn to reach its seam), `running` (a turn runs) or `idle` —
+/// the words of `berth.session_view.v1`'s `run.status`.
+fn state_word(status: &SessionStatus) -> &'static str {
+    let record = &status.record;
+    if record.closed_at.is_some() {
+        "closed"
+    } else if status.suspension_handle.is_some() {
+        "suspended"
+    } else if status.active_prompt && record.suspend_request.is_some() {
+        "quiescing"
+    } else if status.active_prompt {
+        "running"
+    } else {
+        "idle"
+    }
+}
+
 /// One `session/list` entry: ACP `SessionInfo` plus, under `_meta.berth`,
 /// `liveState` (`live` | `persisted`), `activePrompt`, `currentModeId`,
 /// `attachableRoles` (the roles this client may act as: its own and every
-/// lower one), `lastEventId` (absent until the session has events) and
-/// `closedAt` (once closed).
-pub(crate) fn session_entry(status: &SessionStatus, role: berth_actors::Role) -> SessionInfo {
+/// lower one), `lastEventId` (absent until the session has events),
+/// `closedAt` (once closed), `state` (see [`state_word`]), `labels`,
+/// `createdAt`, `createdBy` (the authenticated creator, when networked),
+/// `spend` (what its sealed turns spent: `{inputTokens, outputTokens,
+/// toolCalls, costMicroUsd, wallMs}` — tokens, calls, millionths of a US
+/// dollar, milliseconds) and, while parked, `suspended: {handle, reason?,
+/// initiator, actor, mode, suspendedAt, resumeWhen?, summary?}` (the
+/// suspension envelope of `seeds/acp-session-suspend-rfc.md` without its
+/// frame; `suspension` is `None` when the caller did not read it, and then
+/// only `handle` is given).
+pub(crate) fn session_entry(
+    status: &SessionStatus,
+    suspension: Option<&berth_runtime::suspension::Suspension>,
+    role: berth_actors::Role,
+) -> SessionInfo {
     let record = &status.record;
     let mut berth = json!({
         "liveState": if status.live { "live" } else { "persisted" },
         "activePrompt": status.active_prompt,
         "currentModeId": record.mode_id,
         "attachableRoles": role.attachable(),
+        "state": state_word(status),
+        "labels": record.labels,
+        "createdAt": record.created_at.to_rfc3339(),
+        "spend": {
+            "inputTokens": record.spend.input_tokens,
+            "outputTokens": record.spend.output_tokens,
+            "toolCalls": record.spend.tool_calls,
+            "costMicroUsd": record.spend.cost_micro_usd,
+            "wallMs": record.spend.wall_ms,
+        },
     });
     if status.last_event_id > 0 {
         berth["lastEventId"] = json!(status.last_event_id);
@@ -41,8 +82,27 @@ pub(crate) fn session_entry(status: &SessionStatus, role: berth_actors::Role) ->
     if let Some(closed) = record.closed_at {
         berth["closedAt"] = json!(closed.to_rfc3339());
     }
+    if let Some(creator) = &record.created_by {
+        berth["createdBy"] = json!(creator);
+    }
     if let Some(handle) = &status.suspension_handle {
-        berth["suspended"] = json!({"handle": handle});
+        let mut suspended = json!({"handle": handle});
+        if let Some(s) = suspension.filter(|s| &s.handle == handle) {
+            suspended["initiator"] = json!(s.initiator);
+            suspended["actor"] = json!(s.actor);
+            suspended["mode"] = json!(s.mode);
+            suspended["suspendedAt"] = json!(s.suspended_at.to_rfc3339());
+            for (key, value) in [
+                ("reason", s.reason.as_ref().map(|r| json!(r))),
+                ("resumeWhen", s.resume_when.as_ref().map(|w| json!(w))),
+                ("summary", s.summary.as_ref().map(|t| json!(t))),
+            ] {
+                if let Some(value) = value {
+                    suspended[key] = value;
+                }
+            }
+        }
+        berth["suspended"] = suspended;
     }
     let mut meta = Meta::new();
     meta.insert("berth".into(), berth);
@@ -74,12 +134,47 @@ pub(crate) async fn list(conn: &Connection, params: Value) -> Result<Value, RpcE
         .node
         .list(params.cwd.as_deref(), cursor.as_ref(), PAGE)
         .await?;
-    to_value(
-        ListSessionsResponse::new(
-            page.iter()
-                .map(|s| session_entry(s, conn.principal.role))
-                .collect(),
-        )
-        .next_cursor(next.map(|id| id.0)),
-    )
+    let mut entries = Vec::with_capacity(page.len());
+    for status in &page {
+        let suspension = suspension_of(conn, status)?;
+        entries.push(session_entry(
+            status,
+            suspension.as_ref(),
+            conn.principal.role,
+        ));
+    }
+    to_value(ListSessionsResponse::new(entries).next_cursor(next.map(|id| id.0)))
+}
+
+/// The suspension of a parked session, read from the journal (never
+/// rehydrating the session); `None` when it is not parked.
+fn suspension_of(
+    conn: &Connection,
+    status: &SessionStatus,
+) -> Result<Option<berth_runtime::suspension::Suspension>, RpcError> {
+    if status.suspension_handle.is_none() {
+        return Ok(None);
+    }
+    conn.node
+        .suspension(&status.record.session_id)
+        .map_err(RpcError::from)
+}
+
+/// `_berth/session.get {sessionId}` → `{session: entry}`: one session's
+/// `session/list` entry (same shape, [`session_entry`]) without paging
+/// through the list; read-only (a parked session is not rehydrated). What
+/// `berth ctl show` reads.
+///
+/// # Errors
+/// -32602 for a missing or empty `sessionId`; -32004 unknown session.
+pub(crate) async fn get(conn: &Connection, params: Value) -> Result<Value, RpcError> {
+    let id = super::session_id(&params)?;
+    let status = conn.node.session_status(&id).await?;
+    let suspension = suspension_of(conn, &status)?;
+    let entry = to_value(session_entry(
+        &status,
+        suspension.as_ref(),
+        conn.principal.role,
+    ))?;
+    Ok(json!({ "session": entry }))
 }

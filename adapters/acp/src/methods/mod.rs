@@ -39,6 +39,7 @@ pub async fn handle_request(
         "session/prompt" => prompt::prompt(conn, params).await,
         "session/cancel" => cancel::cancel(conn, params).await,
         "session/list" => list::list(conn, params).await,
+        "_berth/session.get" => list::get(conn, params).await,
         "session/load" => attach::load(conn, params).await,
         "session/resume" => attach::resume(conn, params).await,
         "session/close" => close::close(conn, params).await,

@@ -98,6 +98,7 @@ pub(crate) async fn new_session(conn: &Connection, mut params: Value) -> Result<
             last_event_id: 0,
             suspension_handle: None,
         },
+        None,
         conn.principal.role,
     );
     // The seed's `session` object (the `session/list` entry) rides in

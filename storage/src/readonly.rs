@@ -1,0 +1,197 @@
+//! Reading a journal offline, without a server: `berth verify` and
+//! `berth replay` open the file read-only and never write to it.
+//!
+//! A journal left by a killed process (no clean shutdown, no quick-repair)
+//! cannot be opened read-only by redb; it is then repaired and read in a
+//! temporary copy (removed afterwards), and the data dir is still not
+//! touched. A journal a running berth holds is refused: stop the server
+//! first.
+
+use std::path::{Path, PathBuf};
+
+use berth_runtime::ids::SessionId;
+use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase};
+
+use crate::chain;
+use crate::error::StorageError;
+use crate::journal::{FORMAT_KEY, JOURNAL_FORMAT};
+use crate::records::SessionRecord;
+use crate::tables::{EVENTS, META, SESSIONS};
+
+/// A journal file opened for reading only.
+pub(crate) enum Opened {
+    /// Opened in place, read-only.
+    ReadOnly(ReadOnlyDatabase),
+    /// Repaired and opened in a temporary copy (the original needed crash
+    /// repair); the copy goes when this is dropped, after the database.
+    Repaired {
+        /// The copy, opened.
+        db: Database,
+        /// Removes the copy on drop.
+        _copy: TempCopy,
+    },
+}
+
+impl Opened {
+    /// Opens `path` read-only (or a repaired copy; see the module docs).
+    /// `verb` names the command in the error for a held journal.
+    ///
+    /// # Errors
+    /// [`StorageError::Open`] when there is no journal at `path` or a running
+    /// berth holds it.
+    pub(crate) fn open(path: &Path, verb: &str) -> Result<Self, StorageError> {
+        let open_err = |message: String| StorageError::Open {
+            path: path.display().to_string(),
+            message,
+        };
+        if !path.is_file() {
+            return Err(open_err(
+                "no journal file there (pass the --data-dir a berth served)".into(),
+            ));
+        }
+        match ReadOnlyDatabase::open(path) {
+            Ok(db) => Ok(Self::ReadOnly(db)),
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(open_err(format!(
+                "a running berth holds it; stop `berth serve` on this data dir, then {verb}"
+            ))),
+            Err(redb::DatabaseError::RepairAborted) => {
+                // Killed without a clean shutdown: repair a copy, not the original.
+                let copy = TempCopy::of(path).map_err(|e| open_err(e.to_string()))?;
+                let db = Database::create(&copy.0).map_err(|e| open_err(e.to_string()))?;
+                Ok(Self::Repaired { db, _copy: copy })
+            }
+            Err(e) => Err(open_err(e.to_string())),
+        }
+    }
+
+    /// Whether the file needed crash repair (done in a temporary copy).
+    pub(crate) fn repaired(&self) -> bool {
+        matches!(self, Self::Repaired { .. })
+    }
+
+    /// A read transaction.
+    ///
+    /// # Errors
+    /// [`StorageError::Database`] on I/O failure.
+    pub(crate) fn begin_read(&self) -> Result<ReadTransaction, StorageError> {
+        Ok(match self {
+            Self::ReadOnly(db) => db.begin_read()?,
+            Self::Repaired { db, .. } => db.begin_read()?,
+        })
+    }
+
+    /// Checks the journal's format inside `txn`.
+    ///
+    /// # Errors
+    /// [`StorageError::Format`] (with `hint`) for a journal of another format.
+    pub(crate) fn check_format(
+        txn: &ReadTransaction,
+        path: &Path,
+        hint: &'static str,
+    ) -> Result<(), StorageError> {
+        let meta = txn.open_table(META)?;
+        let format = meta.get(FORMAT_KEY)?.map(|v| v.value());
+        if format != Some(JOURNAL_FORMAT) {
+            return Err(StorageError::Format {
+                path: path.display().to_string(),
+                found: format,
+                expected: JOURNAL_FORMAT,
+                hint,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A temporary copy of the journal, removed on drop.
+pub(crate) struct TempCopy(PathBuf);
+
+impl TempCopy {
+    fn of(path: &Path) -> std::io::Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let copy = std::env::temp_dir().join(format!(
+            "berth-readonly-{}-{nanos}.redb",
+            std::process::id()
+        ));
+        std::fs::copy(path, &copy)?;
+        Ok(Self(copy))
+    }
+}
+
+impl Drop for TempCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// One stored event row of a session, as it is on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEvent {
+    /// The event id (seq), from 1.
+    pub seq: u64,
+    /// The row's JSON (after its chain header): the event record, plus the
+    /// replay tape it carries (`berth_runtime::tape::TapedRecord`).
+    pub json: Vec<u8>,
+}
+
+/// A session's log read offline.
+#[derive(Debug, Clone)]
+pub struct SessionLog {
+    /// The session record (its current state), when the session exists.
+    pub record: Option<SessionRecord>,
+    /// Every event row, in seq order.
+    pub events: Vec<StoredEvent>,
+    /// Whether the journal needed crash repair (read in a temporary copy).
+    pub repaired_copy: bool,
+}
+
+/// Reads session `id`'s record and event rows from the journal at `path`,
+/// read-only (see the module docs). Rows are returned as stored; their hash
+/// chain is not checked here (`verify::verify_session` does that).
+///
+/// # Errors
+/// [`StorageError::Open`] (no journal, or a running berth holds it),
+/// [`StorageError::Format`], [`StorageError::Corrupt`] for a row without a
+/// chain header or an undecodable session record, [`StorageError::Database`].
+pub fn read_session(path: &Path, id: &SessionId) -> Result<SessionLog, StorageError> {
+    let opened = Opened::open(path, "replay")?;
+    let txn = opened.begin_read()?;
+    Opened::check_format(
+        &txn,
+        path,
+        "berth replay reads journals of this berth's format only",
+    )?;
+    let sessions = txn.open_table(SESSIONS)?;
+    let record = match sessions.get(id.as_str())? {
+        Some(v) => Some(
+            serde_json::from_slice(v.value()).map_err(|e| StorageError::Corrupt {
+                table: "sessions",
+                key: id.0.clone(),
+                message: e.to_string(),
+            })?,
+        ),
+        None => None,
+    };
+    let table = txn.open_table(EVENTS)?;
+    let mut events = Vec::new();
+    for entry in table.range((id.as_str(), 0)..=(id.as_str(), u64::MAX))? {
+        let (k, v) = entry?;
+        let seq = k.value().1;
+        let row = chain::split_row(v.value()).map_err(|message| StorageError::Corrupt {
+            table: "events",
+            key: format!("{id}/{seq}"),
+            message,
+        })?;
+        events.push(StoredEvent {
+            seq,
+            json: row.json.to_vec(),
+        });
+    }
+    Ok(SessionLog {
+        record,
+        events,
+        repaired_copy: opened.repaired(),
+    })
+}
