@@ -179,12 +179,28 @@ pub fn config_fingerprint(spec: &TurnSpec, deps: &TurnDeps) -> String {
 }
 
 /// [`config_fingerprint`] from its parts (start-up recovery has no turn).
+///
+/// Byte for byte the SHA-256 of `serde_json::to_vec(&(model name, tool
+/// specs, max_model_calls))` (what frames already on disk carry), assembled
+/// from the set's cached encoding of its specs.
 pub fn config_fingerprint_of(
     model: &dyn ModelProvider,
     tools: &ToolSet,
     max_model_calls: u32,
 ) -> String {
-    fingerprint(&(model.name(), tools.specs(), max_model_calls))
+    use sha2::{Digest, Sha256};
+    let name = serde_json::to_vec(model.name()).unwrap_or_default();
+    let mut hasher = Sha256::new();
+    hasher.update(b"[");
+    hasher.update(&name);
+    hasher.update(b",");
+    hasher.update(tools.specs_json());
+    hasher.update(format!(",{max_model_calls}]").as_bytes());
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Checks, before any effect, that `frame` can continue under `spec`/`deps`
@@ -1165,5 +1181,29 @@ impl<'a> Turn<'a> {
                 content: Some(content.to_owned()),
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::scripted::ScriptedModel;
+
+    /// Frames on disk carry fingerprints of the plain encoding; the cached
+    /// assembly must match it byte for byte, before and after the set changes.
+    #[test]
+    fn the_config_fingerprint_matches_the_plain_encoding() {
+        let model = ScriptedModel::demo();
+        let mut tools = ToolSet::builtin();
+        let plain = |tools: &ToolSet| fingerprint(&(model.name(), tools.specs(), 7u32));
+        assert_eq!(config_fingerprint_of(&model, &tools, 7), plain(&tools));
+        let before = config_fingerprint_of(&model, &tools, 7);
+        let mut fewer = ToolSet::default();
+        fewer.insert(Arc::clone(tools.get("shell").expect("shell is built in")));
+        assert_ne!(config_fingerprint_of(&model, &fewer, 7), before);
+        assert_eq!(config_fingerprint_of(&model, &fewer, 7), plain(&fewer));
+        tools.insert(Arc::clone(fewer.get("shell").expect("shell")));
+        assert_eq!(config_fingerprint_of(&model, &tools, 7), before);
+        assert_ne!(config_fingerprint_of(&model, &tools, 8), before);
     }
 }
