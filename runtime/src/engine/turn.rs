@@ -15,9 +15,7 @@ use crate::clock::Clock;
 use crate::content::Prompt;
 use crate::directives::{Authority, CompletionJudge, Directive, DirectiveSet, Registered};
 use crate::event::{SessionEvent, ToolCallStatus};
-use crate::frame::{
-    fingerprint, Accounting, Frame, Phase, ToolOutcome, ToolOutcomeStatus, FRAME_VERSION,
-};
+use crate::frame::{Accounting, Frame, Phase, ToolOutcome, ToolOutcomeStatus, FRAME_VERSION};
 use crate::history::{Message, ToolCallRequest, Transcript};
 use crate::ids::{SessionId, TurnId};
 use crate::model::{ModelDelta, ModelProvider, ModelRequest, ModelResponse, ModelStop, Usage};
@@ -1195,7 +1193,8 @@ mod tests {
     fn the_config_fingerprint_matches_the_plain_encoding() {
         let model = ScriptedModel::demo();
         let mut tools = ToolSet::builtin();
-        let plain = |tools: &ToolSet| fingerprint(&(model.name(), tools.specs(), 7u32));
+        let plain =
+            |tools: &ToolSet| crate::frame::fingerprint(&(model.name(), tools.specs(), 7u32));
         assert_eq!(config_fingerprint_of(&model, &tools, 7), plain(&tools));
         let before = config_fingerprint_of(&model, &tools, 7);
         let mut fewer = ToolSet::default();
