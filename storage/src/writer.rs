@@ -53,6 +53,7 @@ pub(crate) fn spawn(
         .name("berth-journal-writer".into())
         .spawn(move || {
             let mut group = Vec::with_capacity(MAX_GROUP);
+            let mut tips = Tips::default();
             while let Some(first) = rx.blocking_recv() {
                 group.push(first);
                 while group.len() < MAX_GROUP {
@@ -61,7 +62,7 @@ pub(crate) fn spawn(
                         Err(_) => break,
                     }
                 }
-                commit_group(&db, quick_repair, &keyring, &mut group);
+                commit_group(&db, quick_repair, &keyring, &mut tips, &mut group);
             }
         })
         .expect("spawning the journal writer thread");
@@ -76,15 +77,56 @@ pub const COMMIT_ERRORS_TOTAL: &str = "berth_journal_commit_errors_total";
 /// Histogram of requests folded into one group commit.
 pub const COMMIT_GROUP_SIZE: &str = "berth_journal_commit_group_size";
 
-fn commit_group(db: &Database, quick_repair: bool, keyring: &Keyring, group: &mut Vec<Request>) {
+/// Most sessions whose chain tip the writer remembers between transactions.
+const TIPS_CACHED: usize = 65_536;
+
+/// The chain tips (last event id, its row hash) of sessions appended to by
+/// committed transactions, so the next append to a busy session does not
+/// read its last row and its head back (`chain_tip`). Only the writer
+/// appends events, so a remembered tip is what `chain_tip` would find.
+/// Bounded: past [`TIPS_CACHED`] sessions it starts over (a forgotten tip
+/// is read from the journal again).
+#[derive(Default)]
+pub(crate) struct Tips(HashMap<String, (u64, [u8; 32])>);
+
+impl Tips {
+    fn get(&self, session: &str) -> Option<(u64, [u8; 32])> {
+        self.0.get(session).copied()
+    }
+
+    /// Remembers the tips a transaction committed.
+    fn committed(&mut self, tips: HashMap<&str, (u64, [u8; 32])>) {
+        if self.0.len() + tips.len() > TIPS_CACHED {
+            self.0.clear();
+        }
+        for (session, tip) in tips {
+            match self.0.get_mut(session) {
+                Some(known) => *known = tip,
+                None => {
+                    self.0.insert(session.to_owned(), tip);
+                }
+            }
+        }
+    }
+}
+
+fn commit_group(
+    db: &Database,
+    quick_repair: bool,
+    keyring: &Keyring,
+    cached: &mut Tips,
+    group: &mut Vec<Request>,
+) {
     // Metrics only: wall time, not the engine's injected clock.
     let started = std::time::Instant::now();
     metrics::histogram!(COMMIT_GROUP_SIZE).record(group.len() as f64);
     let result = (|| {
         let mut txn = db.begin_write()?;
         txn.set_quick_repair(quick_repair);
-        let outcomes = apply_all(&txn, keyring, group)?;
+        let (outcomes, tips) = apply_all(&txn, keyring, cached, group)?;
         txn.commit()?;
+        // Only what is on disk is remembered: a failed commit moved no chain.
+        cached.committed(tips);
         Ok::<_, StorageError>(outcomes)
     })();
     if result.is_ok() {
@@ -170,14 +212,22 @@ fn refusal(
     Ok(None)
 }
 
+/// Per request, the event ids assigned or the refusal; and the chain tips the
+/// transaction leaves, per session.
+pub(crate) type Applied<'g> = (
+    Vec<Result<Vec<u64>, StorageError>>,
+    HashMap<&'g str, (u64, [u8; 32])>,
+);
+
 /// Applies every request's ops; returns, per request, the event ids assigned or
-/// the refusal of a fenced or already-claimed batch (which then wrote nothing).
-/// A storage error fails the whole group.
-pub(crate) fn apply_all(
+/// the refusal of a fenced or already-claimed batch (which then wrote nothing),
+/// and the sessions' new chain tips. A storage error fails the whole group.
+pub(crate) fn apply_all<'g>(
     txn: &WriteTransaction,
     keyring: &Keyring,
-    group: &[Request],
-) -> Result<Vec<Result<Vec<u64>, StorageError>>, StorageError> {
+    cached: &Tips,
+    group: &'g [Request],
+) -> Result<Applied<'g>, StorageError> {
     let mut sessions = txn.open_table(SESSIONS)?;
     let mut events = txn.open_table(EVENTS)?;
     let mut frames = txn.open_table(FRAMES)?;
@@ -212,7 +262,10 @@ pub(crate) fn apply_all(
                 Op::AppendEvent { id, value } => {
                     let (last, prev) = match tips.get(id.as_str()) {
                         Some(&tip) => tip,
-                        None => chain_tip(&events, &heads, id)?,
+                        None => match cached.get(id) {
+                            Some(tip) => tip,
+                            None => chain_tip(&events, &heads, id)?,
+                        },
                     };
                     let next = last + 1;
                     let (row, hash) = chain::seal_row(id, next, &prev, value);
@@ -281,12 +334,12 @@ pub(crate) fn apply_all(
         }
         out.push(Ok(ids));
     }
-    for (session, (seq, hash)) in tips {
-        let head = ChainHead::signed(keyring, session, seq, &hash);
+    for (session, (seq, hash)) in &tips {
+        let head = ChainHead::signed(keyring, session, *seq, hash);
         let head = serde_json::to_vec(&head).unwrap_or_default();
-        heads.insert(session, head.as_slice())?;
+        heads.insert(*session, head.as_slice())?;
     }
-    Ok(out)
+    Ok((out, tips))
 }
 
 /// Where a session's chain continues: after the larger of its head's seq and
@@ -371,7 +424,7 @@ mod tests {
         ];
         let txn = db.begin_write().unwrap();
         let keyring = Keyring::from_keys(vec![("k1".into(), vec![1; 32])]).unwrap();
-        let outcomes = apply_all(&txn, &keyring, &group).unwrap();
+        let (outcomes, _) = apply_all(&txn, &keyring, &Tips::default(), &group).unwrap();
         txn.commit().unwrap();
 
         assert!(outcomes[0].is_ok() && outcomes[1].is_ok());

@@ -34,7 +34,7 @@ pub const PRESENCE_METHOD: &str = "_berth/presence";
 pub fn render_presence(notice: &berth_actors::PresenceNotice) -> String {
     encode_notification(
         PRESENCE_METHOD,
-        json!({
+        &json!({
             "sessionId": notice.session_id,
             "change": notice.change,
             "connectionId": notice.connection_id,
@@ -82,23 +82,34 @@ fn acp_status(status: ToolCallStatus) -> AcpStatus {
 fn update(notice: &SessionNotice, update: SessionUpdate) -> String {
     let n =
         SessionNotification::new(notice.session_id.to_string(), update).meta(berth_meta(notice));
-    encode_notification(
-        "session/update",
-        serde_json::to_value(n).unwrap_or(Value::Null),
-    )
+    encode_notification("session/update", &n)
 }
 
 fn agent_event(notice: &SessionNotice, event: &SessionEvent) -> String {
+    /// `_berth/agentEvent` params, in wire order.
+    #[derive(serde::Serialize)]
+    struct AgentEvent<'a, At> {
+        #[serde(rename = "sessionId")]
+        session_id: &'a berth_runtime::ids::SessionId,
+        #[serde(rename = "eventId")]
+        event_id: u64,
+        #[serde(rename = "type")]
+        kind: &'a str,
+        event: &'a SessionEvent,
+        at: &'a At,
+        #[serde(rename = "_meta")]
+        meta: Meta,
+    }
     encode_notification(
         AGENT_EVENT_METHOD,
-        json!({
-            "sessionId": notice.session_id,
-            "eventId": notice.event_id,
-            "type": event.type_name(),
-            "event": event,
-            "at": notice.record.at,
-            "_meta": {"berth": berth_meta(notice).remove("berth")},
-        }),
+        &AgentEvent {
+            session_id: &notice.session_id,
+            event_id: notice.event_id,
+            kind: event.type_name(),
+            event,
+            at: &notice.record.at,
+            meta: berth_meta(notice),
+        },
     )
 }
 
@@ -141,7 +152,7 @@ fn raw_update(notice: &SessionNotice, mut update: Value, extra: Option<(&str, Va
     }
     encode_notification(
         "session/update",
-        json!({"sessionId": notice.session_id, "update": update, "_meta": meta}),
+        &json!({"sessionId": notice.session_id, "update": update, "_meta": meta}),
     )
 }
 

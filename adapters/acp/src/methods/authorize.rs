@@ -204,7 +204,7 @@ fn send_receipt(conn: &Connection, method: &str, session_id: Option<&SessionId>,
     if let Some(id) = session_id {
         params["sessionId"] = json!(id);
     }
-    conn.send(encode_notification(AGENT_EVENT_METHOD, params));
+    conn.send(encode_notification(AGENT_EVENT_METHOD, &params));
 }
 
 #[cfg(test)]

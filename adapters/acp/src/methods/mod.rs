@@ -145,7 +145,7 @@ pub(crate) fn receipt_unknown_session(
         // Same shape as a journaled receipt, minus the eventId it cannot have.
         conn.send(crate::jsonrpc::encode_notification(
             crate::render::AGENT_EVENT_METHOD,
-            serde_json::json!({
+            &serde_json::json!({
                 "sessionId": session_id,
                 "type": "control_outcome",
                 "event": event,
