@@ -77,6 +77,44 @@ impl TurnSink for JournalSink {
         Ok(decision)
     }
 
+    /// One fenced batch: the events (each stamped at its own clock reading,
+    /// as [`TurnSink::emit`] would) and the frame; published once durable.
+    async fn emit_with_checkpoint(
+        &self,
+        events: Vec<SessionEvent>,
+        frame: &Frame,
+    ) -> Result<(), SinkError> {
+        let mut records = Vec::with_capacity(events.len());
+        for event in events {
+            records.extend(stamp(
+                &self.env,
+                &self.session_id,
+                Some(&self.turn_id),
+                self.env.config.clock.now(),
+                vec![event],
+            ));
+        }
+        let tape = self.tape.take();
+        let batch = append_records(
+            Batch::new().fenced_by_turn(&self.session_id, &self.turn_id),
+            &self.session_id,
+            &records,
+            &tape,
+        )
+        .put_frame(frame);
+        let ids = self
+            .env
+            .journal
+            .commit(batch)
+            .await
+            .map_err(|e| SinkError(e.to_string()))?;
+        self.watchers.publish(
+            &self.session_id,
+            ids.into_iter().zip(records.into_iter().map(Arc::new)),
+        );
+        Ok(())
+    }
+
     async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError> {
         self.env
             .journal

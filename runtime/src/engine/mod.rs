@@ -63,6 +63,26 @@ pub trait TurnSink: Send + Sync {
     /// # Errors
     /// [`SinkError`] as for [`TurnSink::emit`].
     async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError>;
+
+    /// [`TurnSink::emit`] of each of `events`, in order, then
+    /// [`TurnSink::checkpoint`] of `frame`. A journaling sink makes them one
+    /// write (one commit instead of `events.len() + 1`: a tool step's
+    /// announced calls and the frame that lists them land together); the
+    /// default does them one by one.
+    ///
+    /// # Errors
+    /// [`SinkError`] as for [`TurnSink::emit`]; a journaling sink then wrote
+    /// none of them.
+    async fn emit_with_checkpoint(
+        &self,
+        events: Vec<SessionEvent>,
+        frame: &Frame,
+    ) -> Result<(), SinkError> {
+        for event in events {
+            self.emit(event).await?;
+        }
+        self.checkpoint(frame).await
+    }
 }
 
 /// A tool call waiting for a client's approval.

@@ -738,24 +738,27 @@ impl<'a> Turn<'a> {
         iteration: u32,
         calls: Vec<ToolCallRequest>,
     ) -> Result<(), Exit> {
+        let mut announced = Vec::with_capacity(calls.len());
         for call in &calls {
             self.deps.control.track_call(call.id.as_str());
             let (title, kind) = match self.deps.tools.get(&call.name) {
                 Some(tool) => (tool.title(&call.arguments), tool.kind()),
                 None => (call.name.clone(), crate::event::ToolKind::Other),
             };
-            self.sink
-                .emit(SessionEvent::ToolCall {
-                    tool_call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    title,
-                    kind,
-                    raw_input: call.arguments.clone(),
-                })
-                .await?;
+            announced.push(SessionEvent::ToolCall {
+                tool_call_id: call.id.clone(),
+                name: call.name.clone(),
+                title,
+                kind,
+                raw_input: call.arguments.clone(),
+            });
         }
+        // The calls and the frame that lists them: one durable write.
         self.sink
-            .checkpoint(&self.frame(Phase::Tools, iteration, vec![], calls.clone()))
+            .emit_with_checkpoint(
+                announced,
+                &self.frame(Phase::Tools, iteration, vec![], calls.clone()),
+            )
             .await?;
         // Seam: pre_tool_dispatch. An interrupt here skips the whole batch.
         let interrupts = self.deps.control.drain_at(Seam::PreToolDispatch);
