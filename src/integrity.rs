@@ -145,7 +145,23 @@ pub fn replay(
 pub fn verify(dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
     let dir = data_dir(dir);
     let keyring = keyring_for(&dir)?;
-    let report = verify_journal(&journal_path(&dir), &keyring)?;
+    let report = match verify_journal(&journal_path(&dir), &keyring) {
+        Ok(report) => report,
+        // Damage below the chain is tampering too, only not attributable
+        // to one event: reported as such, with the tampered exit code.
+        Err(e @ berth_storage::StorageError::Corrupt { .. }) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"journal": journal_path(&dir).display().to_string(), "damaged": e.to_string()})
+                );
+            } else {
+                println!("damaged   {}: {e}", journal_path(&dir).display());
+            }
+            return Ok(ExitCode::from(EXIT_TAMPERED));
+        }
+        Err(e) => return Err(e.into()),
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

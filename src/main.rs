@@ -34,6 +34,22 @@ fn disable_transparent_huge_pages() {
     }
 }
 
+/// Lets a one-shot command whose stdout is closed early (`berth verify |
+/// head -1`) end quietly like any Unix tool, instead of panicking in
+/// `println!`. Not for `serve`, whose stdout is a protocol stream: there a
+/// closed pipe is an I/O error that ends the connection.
+fn quiet_broken_pipe() {
+    #[cfg(unix)]
+    {
+        use nix::sys::signal::{signal, SigHandler, Signal};
+        // SAFETY: restoring the default disposition installs no handler
+        // code; it runs before any other thread exists.
+        if let Err(e) = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) } {
+            eprintln!("berth: cannot restore SIGPIPE ({e}); continuing");
+        }
+    }
+}
+
 /// A durable, actor-based runtime for AI agent sessions.
 #[derive(Parser)]
 #[command(name = "berth", version, about)]
@@ -211,6 +227,9 @@ struct EmitArgs {
 fn main() -> ExitCode {
     disable_transparent_huge_pages();
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        quiet_broken_pipe();
+    }
     // Trace export is for the server; the other commands only log.
     let otlp = match &cli.command {
         Command::Serve(_) => telemetry::OtlpSettings::from_env()

@@ -583,3 +583,41 @@ fn ctl_speaks_wss_trusting_the_given_ca() {
     let listed: Value = serde_json::from_slice(&trusted.stdout).unwrap();
     assert!(listed["sessions"].is_array(), "{listed}");
 }
+
+/// A frame the server cannot read (here over `--max-frame-bytes`) is
+/// answered with a null id; `ctl` on the control socket must fail with that
+/// error instead of waiting for an answer by id forever.
+#[test]
+fn an_unreadable_frame_fails_the_waiting_request_on_the_control_socket() {
+    let mut server = Server::start_with(|_| vec!["--max-frame-bytes".into(), "100000".into()]);
+    let sid = server.new_session(2);
+    let big = "x".repeat(120_000);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["ctl", "prompt", &sid, &big, "--data-dir"])
+        .arg(&server.data)
+        .env_remove("BERTH_SERVER")
+        .env_remove("BERTH_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run berth ctl");
+    let code = wait_with_timeout(&mut child, Duration::from_secs(30));
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("ctl output");
+    let code = code.expect("ctl prompt with an oversized frame must not hang");
+    assert_ne!(code, 0, "an unreadable frame is a failure");
+    let err = stderr(&out);
+    assert!(
+        err.contains("frame_too_large") || err.contains("-32600"),
+        "{err}"
+    );
+    // Nothing was prompted: the session is still idle.
+    server.send(3, "_berth/session.get", json!({"sessionId": sid}));
+    let got = server.until(3);
+    assert_eq!(
+        got["result"]["session"]["_meta"]["berth"]["state"],
+        json!("idle"),
+        "{got}"
+    );
+}

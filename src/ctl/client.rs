@@ -430,8 +430,18 @@ async fn route(
             }
             (None, None) => {
                 // An error with a null id: the server could not read a frame
-                // of ours. Nothing waits on it by id; fail loudly.
-                tracing::warn!(%message, "the server answered a frame it could not read");
+                // of ours (too large, not JSON). It names no request, so
+                // every request still waiting gets it as its answer rather
+                // than waiting forever.
+                tracing::debug!(%message, "the server answered a frame it could not read");
+                let waiters: Vec<_> = waiting
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .drain()
+                    .collect();
+                for (_, sender) in waiters {
+                    let _ = sender.send(message.clone());
+                }
             }
             (Some(method), Some(id)) => {
                 let params = message.get("params").cloned().unwrap_or(Value::Null);

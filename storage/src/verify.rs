@@ -129,9 +129,40 @@ impl VerifyReport {
 /// # Errors
 /// [`StorageError::Open`] when there is no journal at `path` or a running
 /// berth holds it; [`StorageError::Format`] for a journal of another format;
-/// [`StorageError::Database`] on I/O failure. Tampering is not an error: it
-/// is in the report.
+/// [`StorageError::Database`] on I/O failure; [`StorageError::Corrupt`]
+/// (table `journal`) when the file is damaged below the hash chain (a page
+/// the database cannot read). Tampering is not an error: it is in the
+/// report.
 pub fn verify_journal(path: &Path, keyring: &Keyring) -> Result<VerifyReport, StorageError> {
+    damage_as_error(|| verify_journal_unguarded(path, keyring))
+}
+
+/// Runs a read of a journal that may be damaged below the chain: redb
+/// panics on some corrupted pages (an invalid UTF-8 key, an impossible
+/// b-tree node) instead of returning an error. Such a panic becomes
+/// [`StorageError::Corrupt`] on table `journal` (the default panic message
+/// is kept off stderr meanwhile), so `berth verify` reports the damage
+/// rather than crashing.
+fn damage_as_error<T>(read: impl FnOnce() -> Result<T, StorageError>) -> Result<T, StorageError> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(read));
+    std::panic::set_hook(hook);
+    outcome.unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("no message");
+        Err(StorageError::Corrupt {
+            table: "journal",
+            key: "(file structure)".into(),
+            message: format!("the database could not read a damaged page ({message})"),
+        })
+    })
+}
+
+fn verify_journal_unguarded(path: &Path, keyring: &Keyring) -> Result<VerifyReport, StorageError> {
     let opened = Opened::open(path, "verify")?;
     let txn = opened.begin_read()?;
     Opened::check_format(&txn, path, FORMAT_HINT)?;
@@ -199,6 +230,14 @@ const FORMAT_HINT: &str = "berth verify checks journals with hash chains and sig
 /// # Errors
 /// As [`verify_journal`].
 pub fn verify_session(
+    path: &Path,
+    keyring: &Keyring,
+    session: &str,
+) -> Result<SessionReport, StorageError> {
+    damage_as_error(|| verify_session_unguarded(path, keyring, session))
+}
+
+fn verify_session_unguarded(
     path: &Path,
     keyring: &Keyring,
     session: &str,
@@ -395,5 +434,26 @@ impl SessionCheck {
                     .into(),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic in the database's read path (what redb does on some damaged
+    /// pages) is a typed `Corrupt` error naming the damage, not a crash;
+    /// a normal result passes through.
+    #[test]
+    fn a_panicking_read_becomes_a_corrupt_journal_error() {
+        let damaged = damage_as_error::<()>(|| panic!("entered unreachable code"));
+        match damaged {
+            Err(StorageError::Corrupt { table, message, .. }) => {
+                assert_eq!(table, "journal");
+                assert!(message.contains("entered unreachable code"), "{message}");
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        assert_eq!(damage_as_error(|| Ok(7)).ok(), Some(7));
     }
 }
