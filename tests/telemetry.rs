@@ -67,6 +67,8 @@ struct Span {
     id: String,
     parent: String,
     kind: i32,
+    /// OTLP status code: 0 unset, 1 ok, 2 error.
+    status: i32,
     start: u64,
     end: u64,
     attrs: BTreeMap<String, Value>,
@@ -152,6 +154,7 @@ async fn traces(State(store): State<Store>, headers: HeaderMap, body: Bytes) -> 
                     id: hex(&span.span_id),
                     parent: hex(&span.parent_span_id),
                     kind: span.kind,
+                    status: span.status.as_ref().map_or(0, |s| s.code),
                     start: span.start_time_unix_nano,
                     end: span.end_time_unix_nano,
                     attrs: attrs(&span.attributes),
@@ -492,6 +495,14 @@ fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
     frames.extend(notes);
     assert!(resumed.get("result").is_some(), "{resumed}");
     frames.extend(server.until_note(|n| n["params"]["type"] == "turn_ended"));
+    // A refused control: its request span is an error, with the code.
+    server.send(
+        6,
+        "session/resume",
+        json!({"sessionId": sid, "handle": handle, "input": {"again": true}}),
+    );
+    let (_, refused) = server.until(6);
+    assert_eq!(refused["error"]["code"], -32009, "{refused}");
     // Stopping flushes what the batch processor still holds.
     server.stop();
 
@@ -519,6 +530,15 @@ fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
             .cloned()
             .unwrap_or_else(|| panic!("no {what} span among {spans:#?}"))
     };
+    let refused = find("refused resume request", &|s| {
+        s.name == "session/resume" && s.attr("rpc.jsonrpc.request_id") == &json!("6")
+    });
+    assert_eq!(refused.status, 2, "a refused request is an error span");
+    assert_eq!(refused.attr("rpc.jsonrpc.error_code"), &json!(-32009));
+    let accepted = find("resume request", &|s| {
+        s.name == "session/resume" && s.attr("rpc.jsonrpc.request_id") == &json!("5")
+    });
+    assert_eq!(accepted.status, 0, "an answered request keeps status unset");
 
     // The suspension: its span ends before the resume span starts.
     let suspend = find("suspend", &|s| s.name == "suspend");

@@ -644,7 +644,10 @@ where
                     async move {
                         let frame = match methods::handle_request(&conn, &method, params).await {
                             Ok(result) => encode_result(&id, result),
-                            Err(err) => encode_error(&id, &err),
+                            Err(err) => {
+                                record_error(&err);
+                                encode_error(&id, &err)
+                            }
                         };
                         conn.send(frame);
                         drop(permit);
@@ -691,6 +694,11 @@ fn request_span(method: &str, id: Option<&Value>, params: &Value) -> tracing::Sp
         rpc.method = method,
         rpc.jsonrpc.version = "2.0",
         rpc.jsonrpc.request_id = tracing::field::Empty,
+        rpc.jsonrpc.error_code = tracing::field::Empty,
+        rpc.jsonrpc.error_message = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
     );
     if span.is_disabled() {
         return span;
@@ -702,6 +710,19 @@ fn request_span(method: &str, id: Option<&Value>, params: &Value) -> tracing::Sp
         berth_actors::telemetry::adopt_remote_parent(&span, meta);
     }
     span
+}
+
+/// Marks the current request span as failed (OpenTelemetry JSON-RPC
+/// conventions: `rpc.jsonrpc.error_code` / `_message`; span status Error with
+/// `error.type` = the code), so a refused control shows as an error in a
+/// trace backend rather than as a success.
+fn record_error(err: &RpcError) {
+    let span = tracing::Span::current();
+    span.record("rpc.jsonrpc.error_code", err.code);
+    span.record("rpc.jsonrpc.error_message", err.message.as_str());
+    span.record("error.type", tracing::field::display(err.code));
+    span.record("otel.status_code", "ERROR");
+    span.record("otel.status_description", err.message.as_str());
 }
 
 #[cfg(test)]
