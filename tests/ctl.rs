@@ -621,3 +621,34 @@ fn an_unreadable_frame_fails_the_waiting_request_on_the_control_socket() {
         "{got}"
     );
 }
+
+/// Usage problems clap cannot see exit 2 before connecting (no server runs
+/// here, so reaching one would be a different failure, exit 1).
+#[test]
+fn usage_errors_exit_2_before_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["suspend"],
+        vec!["suspend", "--all", "--timeout", "1"],
+        vec!["resume", "sess_x", "--input", "go on"],
+        vec!["event", "emit", "x", "--data", "{a:1}"],
+        vec!["ps", "--server", "ftp://x"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("ctl")
+            .args(&args)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env_remove("BERTH_SERVER")
+            .env_remove("BERTH_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run berth ctl");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("cannot reach"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}

@@ -24,8 +24,9 @@
 //! a documented projection of it) as JSON on stdout, and on failure
 //! `{"error": {method?, code?, message, data?}}`. Operations that wait
 //! show a spinner on stderr when stderr is a terminal. The exit status is
-//! 0 on success and 1 on any failure (the server refused, or could not be
-//! reached); clap's usage errors exit 2.
+//! 0 on success, 1 on any failure (the server refused, or could not be
+//! reached) and 2 on a usage error (clap's, and [`UsageError`]: checked
+//! before connecting).
 
 pub mod client;
 mod progress;
@@ -34,7 +35,6 @@ mod render;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{json, Value};
 
@@ -206,35 +206,19 @@ pub async fn run(args: CtlArgs) -> ExitCode {
                 println!("{}", json!({ "error": error }));
             }
             eprintln!("berth: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
 
 async fn execute(args: CtlArgs) -> anyhow::Result<()> {
     let out = Output { json: args.json };
-    // Usage problems are reported before anything is sent.
     let command = args.command;
-    if let CtlCommand::Suspend {
-        all,
-        label,
-        ids,
-        timeout,
-        on_event,
-        ..
-    } = &command
-    {
-        if !all && label.is_none() && ids.is_empty() {
-            anyhow::bail!("say which sessions: a session id, several ids, --label L or --all");
-        }
-        let broadcast = *all || label.is_some() || ids.len() > 1;
-        if broadcast && (timeout.is_some() || on_event.is_some()) {
-            anyhow::bail!(
-                "--timeout and --on-event apply to one session; a broadcast (--all, --label, \
-                 several ids) parks until each is resumed"
-            );
-        }
-    }
+    check_usage(&command, &args.endpoint)?;
     let client = Client::connect(&args.endpoint).await?;
     match command {
         CtlCommand::Ps { state, label } => ps(&client, out, state, label).await,
@@ -341,10 +325,83 @@ impl Output {
     }
 }
 
+/// A command line that cannot be sent: exit status 2, like clap's own
+/// usage errors, and reported before connecting.
+#[derive(Debug)]
+pub struct UsageError(String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Usage problems clap cannot see (which sessions, flags that exclude each
+/// other, JSON flag values, the `--server` URL), checked before anything is
+/// sent.
+///
+/// # Errors
+/// [`UsageError`] naming the problem.
+fn check_usage(command: &CtlCommand, endpoint: &Endpoint) -> anyhow::Result<()> {
+    let usage = |message: String| anyhow::Error::new(UsageError(message));
+    if let Some(server) = &endpoint.server {
+        client::ws_url(server).map_err(|e| usage(e.to_string()))?;
+    }
+    match command {
+        CtlCommand::Suspend {
+            all,
+            label,
+            ids,
+            timeout,
+            on_event,
+            timeout_input,
+            ..
+        } => {
+            if !all && label.is_none() && ids.is_empty() {
+                return Err(usage(
+                    "say which sessions: a session id, several ids, --label L or --all".into(),
+                ));
+            }
+            let broadcast = *all || label.is_some() || ids.len() > 1;
+            if broadcast && (timeout.is_some() || on_event.is_some()) {
+                return Err(usage(
+                    "--timeout and --on-event apply to one session; a broadcast (--all, --label, \
+                     several ids) parks until each is resumed"
+                        .into(),
+                ));
+            }
+            if let Some(text) = timeout_input {
+                parse_json("--timeout-input", text)?;
+            }
+        }
+        CtlCommand::Resume {
+            input: Some(text), ..
+        } => {
+            parse_json("--input", text)?;
+        }
+        CtlCommand::Event {
+            command: EventCommand::Emit {
+                data: Some(text), ..
+            },
+        } => {
+            parse_json("--data", text)?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// Parses a flag's JSON value, with a hint for plain text.
+///
+/// # Errors
+/// [`UsageError`] when `text` is not JSON.
 fn parse_json(flag: &str, text: &str) -> anyhow::Result<Value> {
-    serde_json::from_str(text).with_context(|| {
-        format!("{flag} is not JSON (to pass text, quote it: {flag} '\"{text}\"')")
+    serde_json::from_str(text).map_err(|e| {
+        anyhow::Error::new(UsageError(format!(
+            "{flag} is not JSON ({e}; to pass text, quote it: {flag} '\"{text}\"')"
+        )))
     })
 }
 
