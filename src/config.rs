@@ -291,6 +291,16 @@ impl FileConfig {
         if self.max_model_calls == Some(0) {
             out.push(problem("max_model_calls", "must be at least 1"));
         }
+        if self
+            .data_dir
+            .as_ref()
+            .is_some_and(|d| d.as_os_str().is_empty())
+        {
+            out.push(problem(
+                "data_dir",
+                "is empty: name a directory (or leave it out for ./berth-data)",
+            ));
+        }
         for (key, value) in [
             ("acp.max_frame_bytes", self.acp.max_frame_bytes),
             ("acp.max_in_flight", self.acp.max_in_flight),
@@ -341,6 +351,7 @@ impl FileConfig {
             }
         }
         let mut actors = std::collections::HashSet::new();
+        let mut secrets = std::collections::HashMap::new();
         for (i, entry) in self.http.tokens.iter().enumerate() {
             let key = |field: &str| format!("http.tokens[{i}].{field}");
             if let Err(e) = berth_actors::auth::validate_actor_id(&entry.actor) {
@@ -369,6 +380,11 @@ impl FileConfig {
                 (Some(token), None) => {
                     if let Err(e) = berth_http::config::validate_token(token) {
                         out.push(problem(key("token"), e));
+                    } else if let Some(first) = secrets.insert(token.as_str(), i) {
+                        out.push(problem(
+                            key("token"),
+                            format!("repeats the secret of http.tokens[{first}]; each token must be unique (which actor would it be?)"),
+                        ));
                     }
                 }
                 (None, Some(var)) => {
@@ -728,6 +744,20 @@ mod tests {
             Ok(c) => c.problems(),
             Err(p) => vec![p],
         }
+    }
+
+    /// What `serve` would refuse, `config check` reports: an empty data dir
+    /// and two tokens with one secret.
+    #[test]
+    fn an_empty_data_dir_and_a_repeated_secret_are_problems() {
+        let p = problems(
+            "data_dir = \"\"\n[http]\nlisten = \"127.0.0.1:1\"\n\
+             [[http.tokens]]\nactor = \"a\"\nrole = \"observer\"\ntoken = \"0123456789abcdef0\"\n\
+             [[http.tokens]]\nactor = \"b\"\nrole = \"observer\"\ntoken = \"0123456789abcdef0\"\n",
+        );
+        let keys: Vec<&str> = p.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["data_dir", "http.tokens[1].token"], "{p:?}");
+        assert!(p[1].message.contains("http.tokens[0]"), "{}", p[1].message);
     }
 
     #[test]
