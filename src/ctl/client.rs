@@ -136,18 +136,18 @@ impl RpcFailure {
                     .into()
             }
             -32004 => "no such session on this server; `berth ctl ps` lists them".into(),
-            -32005 => "the session is closed; it can be read (`berth ctl show`, `tail`) but not driven".into(),
+            -32005 => "it can still be read (`berth ctl show`, `tail`), not driven".into(),
             -32006 => "a prompt is already running; steer it (`berth ctl steer`) or cancel it first".into(),
             -32007 => "the server's per-connection request bound was hit; retry".into(),
             -32009 => match self.reason() {
-                Some("not_suspended") => "the session is not suspended; `berth ctl ps` shows its state".into(),
+                Some("not_suspended") => "`berth ctl ps` shows its state".into(),
                 Some("already_resumed") => "another resume claimed this suspension first".into(),
                 Some("handle_mismatch") => "that handle is not the session's current suspension \
                      (data.currentHandle is); `berth ctl show ID` shows it"
                     .into(),
                 _ => return None,
             },
-            -32010 => "the session is suspended; resume it first with `berth ctl resume ID`".into(),
+            -32010 => "`berth ctl resume ID` wakes it".into(),
             -32012 => "the parked turn cannot continue under today's history or configuration; resume with --fresh".into(),
             -32601 => "this server does not know the method (an older berth?)".into(),
             -32602 => format!(

@@ -372,6 +372,13 @@ fn check_usage(command: &CtlCommand, endpoint: &Endpoint) -> anyhow::Result<()> 
                         .into(),
                 ));
             }
+            if let Some(minutes) = timeout {
+                if !minutes.is_finite() {
+                    return Err(usage(format!(
+                        "--timeout {minutes}: give a number of minutes (fractions allowed)"
+                    )));
+                }
+            }
             if let Some(text) = timeout_input {
                 parse_json("--timeout-input", text)?;
             }
