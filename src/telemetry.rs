@@ -76,7 +76,8 @@ impl OtlpSettings {
     /// # Errors
     /// A variable berth cannot honour, naming it and what to set instead:
     /// protocol `grpc` or an unknown protocol, an exporter other than `otlp`
-    /// or `none`, a timeout that is not a whole number of milliseconds.
+    /// or `none`, a timeout that is not a whole number of milliseconds, a
+    /// compression other than `none`, a sampler the SDK does not know.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> anyhow::Result<Option<Self>> {
         let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
         if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
@@ -112,6 +113,30 @@ impl OtlpSettings {
                 "{name}={other}: unknown OTLP protocol; use http/protobuf (the default) or http/json"
             ),
         };
+        for name in [
+            "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+            "OTEL_EXPORTER_OTLP_COMPRESSION",
+        ] {
+            if let Some(v) = var(name).filter(|v| !v.trim().eq_ignore_ascii_case("none")) {
+                bail!("{name}={v}: berth sends OTLP uncompressed; unset it or set {name}=none");
+            }
+        }
+        if let Some(v) = var("OTEL_TRACES_SAMPLER") {
+            const SAMPLERS: [&str; 6] = [
+                "always_on",
+                "always_off",
+                "traceidratio",
+                "parentbased_always_on",
+                "parentbased_always_off",
+                "parentbased_traceidratio",
+            ];
+            if !SAMPLERS.contains(&v.trim()) {
+                bail!(
+                    "OTEL_TRACES_SAMPLER={v}: unknown sampler; use one of {}",
+                    SAMPLERS.join(", ")
+                );
+            }
+        }
         let timeout_ms = match var("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
             .map(|v| ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", v))
             .or_else(|| {
@@ -311,5 +336,13 @@ mod tests {
         assert!(err.to_string().contains("OTEL_TRACES_EXPORTER=zipkin"));
         let err = settings(&[endpoint, ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")]).unwrap_err();
         assert!(format!("{err:#}").contains("OTEL_EXPORTER_OTLP_TIMEOUT=10s"));
+        let err = settings(&[endpoint, ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")]).unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("OTEL_EXPORTER_OTLP_COMPRESSION=gzip"));
+        assert!(settings(&[endpoint, ("OTEL_EXPORTER_OTLP_COMPRESSION", "none")]).is_ok());
+        let err = settings(&[endpoint, ("OTEL_TRACES_SAMPLER", "bogus")]).unwrap_err();
+        assert!(err.to_string().contains("parentbased_traceidratio"));
+        assert!(settings(&[endpoint, ("OTEL_TRACES_SAMPLER", "traceidratio")]).is_ok());
     }
 }
