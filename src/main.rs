@@ -455,6 +455,13 @@ async fn bind_http(
         if server.is_tls() { "https" } else { "http" },
         server.local_addr()
     );
+    if !server.is_tls() && !server.local_addr().ip().is_loopback() {
+        // Bearer tokens would cross the network in clear text.
+        eprintln!(
+            "berth: warning: {} is reachable from other hosts without TLS; tokens travel in clear text (set tls_cert/tls_key, or listen on 127.0.0.1 behind a TLS proxy)",
+            server.local_addr()
+        );
+    }
     Ok(server)
 }
 
