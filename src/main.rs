@@ -18,6 +18,11 @@ use crate::config::{FileConfig, ServeArgs};
 /// short-lived objects across threads (JSON frames, events, actor messages),
 /// where glibc's malloc spent about a quarter of the CPU in profiles of the
 /// wake-up benchmark and held freed memory in per-thread arenas.
+///
+/// Built with `--features system-allocator`, berth keeps the system
+/// allocator instead, so that heap profilers which intercept `malloc`
+/// (heaptrack, valgrind's massif) see its allocations (README, "bench-ws").
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -390,6 +390,19 @@ test("berth HTTP listener: ACP over WebSocket, auth and roles, ops routes", { ti
       grafana = back;
     });
 
+    await t.test("4b. a message larger than the 8 KiB initial read buffer arrives whole", async () => {
+      // berth starts each connection's read buffer at 8 KiB (READ_BUFFER_BYTES
+      // in adapters/acp/src/transport/websocket.rs); a larger message, under
+      // max_frame_bytes (8 MiB here), must still be read and answered.
+      const big = await connect(TOKENS.grafana, "big-frame");
+      const pad = "x".repeat(300_000);
+      const list = await big.request("session/list", { _meta: { pad } });
+      assert.ok(Array.isArray(list.sessions), `session/list answered: ${JSON.stringify(list).slice(0, 200)}`);
+      assert.ok(list.sessions.length >= 1, "the session made above is listed");
+      const again = await big.request("session/list", {});
+      assert.deepEqual(again.sessions.map((s) => s.sessionId), list.sessions.map((s) => s.sessionId));
+    });
+
     await t.test("5. /metrics is Prometheus text with berth's families", async () => {
       // A timer wake-up, for the lateness histogram.
       const timed = path.join(root, "work-timer");

@@ -14,6 +14,18 @@
 //! | `berth_journal_commit_group_size` | histogram | | requests folded into one commit |
 //! | `berth_wakeup_lateness_seconds` | histogram | `kind` = `timeout` \| `trigger` \| `schedule` | how late a scheduled wake-up fired |
 //! | `berth_turn_duration_seconds` | histogram | `terminal` (terminal kind, or `suspended`) | a turn from start to seal or park |
+//!
+//! ## Upkeep
+//!
+//! The recorder keeps every histogram observation as a raw sample until
+//! something drains it into the buckets; without draining, each journal
+//! commit (two observations) and each turn (one) would stay in memory until
+//! the next scrape — forever on a node nobody scrapes (8 bytes a sample,
+//! measured by the `bench-ws` heap profile, README "Benchmarks"). Installing
+//! the recorder therefore starts one `berth-metrics-upkeep` thread that
+//! drains the samples every [`UPKEEP_INTERVAL`] ([`upkeep`]); a scrape
+//! drains them too. Draining loses nothing: a drained sample is counted in
+//! its buckets, `_sum` and `_count`.
 
 use std::sync::OnceLock;
 
@@ -27,10 +39,49 @@ pub const SESSIONS_LIVE: &str = "berth_sessions_live";
 
 static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
 
-/// The process-wide Prometheus recorder, installed on first use.
+/// How often the upkeep thread drains histogram samples into their buckets
+/// (5 s, the period `metrics-exporter-prometheus` uses for its own upkeep
+/// task). Between two drains the pending samples are bounded by the
+/// observation rate times this period.
+pub const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+static UPKEEP_THREAD_RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Drains every histogram's pending samples into its buckets now (what the
+/// upkeep thread does every [`UPKEEP_INTERVAL`]). Does nothing when no
+/// recorder is installed.
+pub fn upkeep() {
+    if let Some(Ok(handle)) = HANDLE.get() {
+        handle.run_upkeep();
+    }
+}
+
+/// How many times the upkeep thread has drained the histograms in this
+/// process (0 before the recorder is installed).
+pub fn upkeep_thread_runs() -> u64 {
+    UPKEEP_THREAD_RUNS.load(std::sync::atomic::Ordering::Acquire)
+}
+
+/// Starts the upkeep thread (once per process, after the recorder was
+/// installed). It runs for the life of the process, as the recorder does.
+fn start_upkeep() -> Result<(), String> {
+    std::thread::Builder::new()
+        .name("berth-metrics-upkeep".into())
+        .spawn(|| loop {
+            std::thread::sleep(UPKEEP_INTERVAL);
+            upkeep();
+            UPKEEP_THREAD_RUNS.fetch_add(1, std::sync::atomic::Ordering::Release);
+        })
+        .map(drop)
+        .map_err(|e| format!("cannot start the metrics upkeep thread: {e}"))
+}
+
+/// The process-wide Prometheus recorder, installed on first use together
+/// with its upkeep thread (see [Upkeep](self#upkeep)).
 ///
 /// # Errors
-/// A message when another metrics recorder was installed first.
+/// A message when another metrics recorder was installed first, or when the
+/// upkeep thread could not be started.
 pub fn handle() -> Result<&'static PrometheusHandle, String> {
     HANDLE
         .get_or_init(|| {
@@ -71,6 +122,7 @@ pub fn handle() -> Result<&'static PrometheusHandle, String> {
                 })
                 .map_err(|e| e.to_string())
                 .and_then(|b| b.install_recorder().map_err(|e| e.to_string()))
+                .and_then(|handle| start_upkeep().map(|()| handle))
         })
         .as_ref()
         .map_err(Clone::clone)

@@ -13,6 +13,11 @@
 //!   [`WsOptions::max_outbound_bytes`] of frames wait for a client that does
 //!   not read (more: the connection closes with 1008; the client reconnects
 //!   and catches up, below).
+//! - Memory per connection: the socket's read buffer starts at
+//!   [`READ_BUFFER_BYTES`] (8 KiB) instead of tungstenite's 128 KiB, which
+//!   was most of the ~150 KiB each of the 1,000 connections of `bench-ws`
+//!   held (heap profile, README "Benchmarks"); it grows to hold a larger
+//!   frame, up to the frame bound.
 //! - Liveness: berth pings every [`WsOptions::ping_interval`]; a client that
 //!   sends nothing (not even the pong its WebSocket library answers
 //!   automatically) for two intervals is closed with 1001.
@@ -93,6 +98,14 @@ struct AcpWs {
     slots: Arc<Semaphore>,
 }
 
+/// Initial capacity of a connection's read buffer (bytes): 8 KiB holds a
+/// typical JSON-RPC control frame in one read. tungstenite's default of
+/// 128 KiB per connection is meant for high read throughput on few
+/// connections; berth serves many connections of small frames. A larger
+/// frame still arrives whole: the buffer grows to it (up to
+/// `max_frame_bytes`).
+pub const READ_BUFFER_BYTES: usize = 8 * 1024;
+
 /// The router serving ACP over WebSocket at `GET /acp`. Mount it behind the
 /// HTTP listener's auth layer (which inserts the [`Principal`]).
 pub fn router(node: Node, options: WsOptions) -> Router {
@@ -126,6 +139,7 @@ async fn upgrade(
     let max = state.options.acp.max_frame_bytes;
     ws.max_message_size(max)
         .max_frame_size(max)
+        .read_buffer_size(READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
             serve_socket(state.node, principal, socket, &state.options).await;
             drop(slot);
