@@ -281,6 +281,11 @@ struct Args {
     /// comes due while berth is stopped (they must fire at the restart).
     #[arg(long, default_value_t = 100)]
     park_probes: usize,
+    /// Section 3: seconds to wait after parking before sampling RSS again,
+    /// once berth has passivated the parked sessions (its default
+    /// `passivate_after_ms` is 10 s); 0 skips the second sample
+    #[arg(long, default_value_t = 12)]
+    park_settle_secs: u64,
     /// Section 3: requests kept in flight while creating and parking.
     #[arg(long, default_value_t = 512)]
     park_window: usize,
@@ -1455,6 +1460,8 @@ struct DensityReport {
     mem_empty: Mem,
     /// berth with every session parked, once its CPU went quiet.
     mem_parked: Mem,
+    /// After `--park-settle-secs` (the sessions passivated), if sampled.
+    mem_passivated: Option<Mem>,
     /// stdin closed → berth exited, with every session parked.
     stopped_in: Duration,
     /// Whether it exited by itself (else it was killed after 300 s).
@@ -1501,6 +1508,13 @@ impl DensityReport {
             mib(self.mem_parked.hwm),
             self.per_unit(rss_delta)
         );
+        if let Some(mem) = &self.mem_passivated {
+            println!(
+                "passivated        RSS {:.1} MiB once the parked sessions passivated: {:.0} B per parked session",
+                mib(mem.rss),
+                self.per_unit(mem.rss.saturating_sub(self.mem_empty.rss))
+            );
+        }
         println!(
             "stop              {:.2} s from stdin closed to exit{}",
             self.stopped_in.as_secs_f64(),
@@ -1544,6 +1558,7 @@ impl DensityReport {
             "rss_parked_bytes": self.mem_parked.rss,
             "hwm_parked_bytes": self.mem_parked.hwm,
             "rss_per_parked_bytes": self.per_unit(self.mem_parked.rss.saturating_sub(self.mem_empty.rss)).round(),
+            "rss_passivated_bytes": self.mem_passivated.as_ref().map(|m| m.rss),
             "stop_s": self.stopped_in.as_secs_f64(),
             "clean_stop": self.clean_stop,
             "disk_empty_bytes": self.disk_empty_bytes,
@@ -1705,6 +1720,15 @@ async fn density_bench(args: &Args, bin: &Path) -> anyhow::Result<DensityReport>
     }
     wait_quiet(pid, Instant::now(), Duration::from_secs(120)).await?;
     let mem_parked = mem_of(&status);
+    // The steady state: parked sessions passivated (no actor, only rows and
+    // a timer), what a long-lived node holds.
+    let mem_passivated = if args.park_settle_secs > 0 {
+        tokio::time::sleep(Duration::from_secs(args.park_settle_secs)).await;
+        wait_quiet(pid, Instant::now(), Duration::from_secs(120)).await?;
+        Some(mem_of(&status))
+    } else {
+        None
+    };
     let (stopped_in, clean_stop) = acp.shutdown_within(Duration::from_secs(300)).await?;
     let (disk_bytes, disk_alloc_bytes) = dir_size(&data);
 
@@ -1784,6 +1808,7 @@ async fn density_bench(args: &Args, bin: &Path) -> anyhow::Result<DensityReport>
         parked_in,
         mem_empty,
         mem_parked,
+        mem_passivated,
         stopped_in,
         clean_stop,
         disk_empty_bytes,
