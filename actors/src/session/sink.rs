@@ -28,24 +28,36 @@ pub(crate) struct JournalSink {
     pub tape: TapeRecorder,
 }
 
-#[async_trait]
-impl TurnSink for JournalSink {
-    async fn emit(&self, event: SessionEvent) -> Result<(), SinkError> {
-        // A delivery or drop goes with its signed drain receipt.
-        let records = stamp(
-            &self.env,
-            &self.session_id,
-            Some(&self.turn_id),
-            self.env.config.clock.now(),
-            vec![event],
-        );
+impl JournalSink {
+    /// Journals `events` (each stamped at its own clock reading; a delivery
+    /// or drop goes with its signed drain receipt; the tape rides on the
+    /// first record) and `frame` in one fenced batch, then publishes the
+    /// records to the watchers once durable.
+    async fn journal_then_publish(
+        &self,
+        events: Vec<SessionEvent>,
+        frame: Option<&Frame>,
+    ) -> Result<(), SinkError> {
+        let mut records = Vec::with_capacity(events.len());
+        for event in events {
+            records.extend(stamp(
+                &self.env,
+                &self.session_id,
+                Some(&self.turn_id),
+                self.env.config.clock.now(),
+                vec![event],
+            ));
+        }
         let tape = self.tape.take();
-        let batch = append_records(
+        let mut batch = append_records(
             Batch::new().fenced_by_turn(&self.session_id, &self.turn_id),
             &self.session_id,
             &records,
             &tape,
         );
+        if let Some(frame) = frame {
+            batch = batch.put_frame(frame);
+        }
         let ids = self
             .env
             .journal
@@ -57,6 +69,13 @@ impl TurnSink for JournalSink {
             ids.into_iter().zip(records.into_iter().map(Arc::new)),
         );
         Ok(())
+    }
+}
+
+#[async_trait]
+impl TurnSink for JournalSink {
+    async fn emit(&self, event: SessionEvent) -> Result<(), SinkError> {
+        self.journal_then_publish(vec![event], None).await
     }
 
     async fn request_permission(
@@ -77,42 +96,13 @@ impl TurnSink for JournalSink {
         Ok(decision)
     }
 
-    /// One fenced batch: the events (each stamped at its own clock reading,
-    /// as [`TurnSink::emit`] would) and the frame; published once durable.
+    /// One fenced batch: the events and the frame; published once durable.
     async fn emit_with_checkpoint(
         &self,
         events: Vec<SessionEvent>,
         frame: &Frame,
     ) -> Result<(), SinkError> {
-        let mut records = Vec::with_capacity(events.len());
-        for event in events {
-            records.extend(stamp(
-                &self.env,
-                &self.session_id,
-                Some(&self.turn_id),
-                self.env.config.clock.now(),
-                vec![event],
-            ));
-        }
-        let tape = self.tape.take();
-        let batch = append_records(
-            Batch::new().fenced_by_turn(&self.session_id, &self.turn_id),
-            &self.session_id,
-            &records,
-            &tape,
-        )
-        .put_frame(frame);
-        let ids = self
-            .env
-            .journal
-            .commit(batch)
-            .await
-            .map_err(|e| SinkError(e.to_string()))?;
-        self.watchers.publish(
-            &self.session_id,
-            ids.into_iter().zip(records.into_iter().map(Arc::new)),
-        );
-        Ok(())
+        self.journal_then_publish(events, Some(frame)).await
     }
 
     async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError> {
