@@ -272,6 +272,13 @@ struct Turn<'a> {
     file_changes: std::sync::Mutex<Vec<FileChange>>,
     /// User messages to add after the current batch's results.
     resume_notes: Vec<String>,
+    /// Set while a one-call group is dispatched: its `completed` update is
+    /// held in `settled` and journaled with the frame that records the
+    /// outcome (one commit instead of two; nothing runs in between).
+    hold_settled: std::sync::atomic::AtomicBool,
+    /// Held `completed` updates, in settlement order; flushed before any
+    /// other write of the turn.
+    settled: std::sync::Mutex<Vec<SessionEvent>>,
     /// When this run of the turn started, unix ms from `deps.clock` (wall
     /// time before a suspension is in `accounting.wall_ms` already).
     started_ms: i64,
@@ -343,6 +350,8 @@ impl<'a> Turn<'a> {
             judged: false,
             file_changes: Default::default(),
             resume_notes: Vec::new(),
+            hold_settled: Default::default(),
+            settled: Default::default(),
             started_ms: deps.clock.now().timestamp_millis(),
             wall_before: 0,
         }
@@ -814,6 +823,7 @@ impl<'a> Turn<'a> {
                 .any(|o| o.status == ToolOutcomeStatus::Suspended)
         };
         while !pending.is_empty() && !parked(&outcomes) {
+            self.flush_settled().await?;
             if self.deps.control.suspend_requested() == Some(SuspendMode::InterruptImmediate) {
                 break;
             }
@@ -833,7 +843,11 @@ impl<'a> Turn<'a> {
                     group.extend(pending.pop_front());
                 }
             }
+            self.hold_settled
+                .store(group.len() == 1, std::sync::atomic::Ordering::Relaxed);
             let settled = join_all(group.iter().map(|call| self.dispatch(&ctx, call, None))).await;
+            self.hold_settled
+                .store(false, std::sync::atomic::Ordering::Relaxed);
             for (call, outcome) in group.iter().zip(settled) {
                 match outcome? {
                     Some(outcome) => {
@@ -857,6 +871,7 @@ impl<'a> Turn<'a> {
             } else {
                 Seam::PreToolDispatch
             };
+            self.flush_settled().await?;
             let frame = self.frame(Phase::Tools, iteration, outcomes, pending.into());
             return Err(Exit::Suspend(Box::new(frame), seam));
         }
@@ -870,9 +885,15 @@ impl<'a> Turn<'a> {
         for text in std::mem::take(&mut self.resume_notes) {
             self.turn_messages.push(Message::User { text });
         }
-        self.sink
-            .checkpoint(&self.frame(Phase::Provider, iteration, outcomes, vec![]))
-            .await?;
+        let frame = self.frame(Phase::Provider, iteration, outcomes, vec![]);
+        let settled = std::mem::take(&mut *self.settled.lock().unwrap_or_else(|e| e.into_inner()));
+        if settled.is_empty() {
+            self.sink.checkpoint(&frame).await?;
+        } else {
+            // The last call's `completed` update and the frame with its
+            // outcome: one durable write.
+            self.sink.emit_with_checkpoint(settled, &frame).await?;
+        }
         // Seam: post_tool_dispatch.
         if self.deps.control.is_stopped() {
             return Err(Exit::Stopped);
@@ -1102,8 +1123,20 @@ impl<'a> Turn<'a> {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .append(&mut output.file_changes);
-                self.update(call, ToolCallStatus::Completed, output.raw, &output.content)
-                    .await?;
+                if self.hold_settled.load(std::sync::atomic::Ordering::Relaxed) {
+                    self.settled
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(update_event(
+                            call,
+                            ToolCallStatus::Completed,
+                            output.raw,
+                            &output.content,
+                        ));
+                } else {
+                    self.update(call, ToolCallStatus::Completed, output.raw, &output.content)
+                        .await?;
+                }
                 Ok(Some(settle(ToolOutcomeStatus::Completed, output.content)))
             }
             // A continuation that cannot be continued: the call's outcome is
@@ -1175,13 +1208,33 @@ impl<'a> Turn<'a> {
         content: &str,
     ) -> Result<(), SinkError> {
         self.sink
-            .emit(SessionEvent::ToolCallUpdate {
-                tool_call_id: call.id.clone(),
-                status,
-                raw_output: Some(raw),
-                content: Some(content.to_owned()),
-            })
+            .emit(update_event(call, status, raw, content))
             .await
+    }
+
+    /// Journals the held `completed` updates, in order, before any other
+    /// write of the turn.
+    async fn flush_settled(&self) -> Result<(), SinkError> {
+        let settled = std::mem::take(&mut *self.settled.lock().unwrap_or_else(|e| e.into_inner()));
+        for event in settled {
+            self.sink.emit(event).await?;
+        }
+        Ok(())
+    }
+}
+
+/// A call's `tool_call_update` with its settled output.
+fn update_event(
+    call: &ToolCallRequest,
+    status: ToolCallStatus,
+    raw: serde_json::Value,
+    content: &str,
+) -> SessionEvent {
+    SessionEvent::ToolCallUpdate {
+        tool_call_id: call.id.clone(),
+        status,
+        raw_output: Some(raw),
+        content: Some(content.to_owned()),
     }
 }
 
