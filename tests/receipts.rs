@@ -6,13 +6,13 @@
 //! the redb file → `berth verify` names that event and exits 2. And the same
 //! with the keys given in `BERTH_RECEIPT_KEYS` instead of the key file.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::{Command, Output};
 
 use redb::{ReadableTable, TableDefinition};
+
+mod common;
+use common::{serve_command, StdioServer as Server};
 use serde_json::{json, Value};
 
 const SCRIPT: &str = r#"
@@ -41,122 +41,15 @@ steps = [
 
 const ENV_KEYS: &str = "BERTH_RECEIPT_KEYS";
 
-struct Server {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    frames: mpsc::Receiver<Value>,
-    /// Responses read while waiting for another one (concurrent requests
-    /// answer in any order).
-    answered: std::cell::RefCell<std::collections::HashMap<u64, Value>>,
-}
-
-impl Server {
-    fn start(data: &Path, script: &Path, keys: Option<&str>) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
-        command
-            .args(["serve", "--data-dir"])
-            .arg(data)
-            .arg("--model")
-            .arg(format!("scripted:{}", script.display()))
-            .env_remove(ENV_KEYS)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        if let Some(keys) = keys {
-            command.env(ENV_KEYS, keys);
-        }
-        let mut child = command.spawn().expect("spawn berth");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, frames) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let v: Value = serde_json::from_str(&line).expect("stdout carries JSON frames");
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut server = Self {
-            child,
-            stdin,
-            frames,
-            answered: Default::default(),
-        };
-        server.send(1, "initialize", json!({"protocolVersion": 1}));
-        server.until(1);
-        server
+/// `berth serve` with the receipt keys from `keys` (`BERTH_RECEIPT_KEYS`),
+/// or from the data dir's key file when `None`.
+fn start_server(data: &Path, script: &Path, keys: Option<&str>) -> Server {
+    let mut command = serve_command(data, script);
+    command.env_remove(ENV_KEYS);
+    if let Some(keys) = keys {
+        command.env(ENV_KEYS, keys);
     }
-
-    fn send(&mut self, id: u64, method: &str, params: Value) {
-        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{frame}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn next(&self) -> Value {
-        self.frames
-            .recv_timeout(Duration::from_secs(20))
-            .expect("no frame from berth within 20 s")
-    }
-
-    /// Notifications until the response with `id`; returns (notifications,
-    /// response). Other responses read meanwhile are kept for their own wait.
-    fn until(&self, id: u64) -> (Vec<Value>, Value) {
-        let mut notes = Vec::new();
-        if let Some(answer) = self.answered.borrow_mut().remove(&id) {
-            return (notes, answer);
-        }
-        loop {
-            let v = self.next();
-            match v["id"].as_u64() {
-                Some(got) if got == id => return (notes, v),
-                Some(other) => {
-                    self.answered.borrow_mut().insert(other, v);
-                }
-                None => notes.push(v),
-            }
-        }
-    }
-
-    /// Notifications until one `pred` accepts; returns them all.
-    fn until_note(&self, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
-        let mut seen = Vec::new();
-        loop {
-            let v = self.next();
-            if let Some(other) = v["id"].as_u64() {
-                self.answered.borrow_mut().insert(other, v);
-                continue;
-            }
-            let done = pred(&v);
-            seen.push(v);
-            if done {
-                return seen;
-            }
-        }
-    }
-
-    fn new_session(&mut self, id: u64, cwd: &Path) -> String {
-        self.send(id, "session/new", json!({"cwd": cwd, "mcpServers": []}));
-        self.until(id).1["result"]["sessionId"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    }
-
-    /// Ends the server the gentle way (stdin closed) and waits for it.
-    fn stop(mut self) {
-        self.stdin.take();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    Server::start(command)
 }
 
 fn agent_event<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -223,7 +116,7 @@ fn park_and_wake(server: &mut Server, sid: &str, first_id: u64) -> Vec<Value> {
 #[test]
 fn receipts_signed_before_a_sigkill_verify_and_a_flipped_bit_is_named() {
     let (_dir, data, cwd, script) = workspace();
-    let mut server = Server::start(&data, &script, None);
+    let mut server = start_server(&data, &script, None);
     let sid = server.new_session(2, &cwd);
     server.send(
         3,
@@ -333,7 +226,7 @@ fn receipts_signed_before_a_sigkill_verify_and_a_flipped_bit_is_named() {
     let listed: Value = serde_json::from_slice(&rotated.stdout).unwrap();
     assert_eq!(listed["active"], "k2");
     assert!(!String::from_utf8_lossy(&rotated.stdout).contains("secret"));
-    let mut server = Server::start(&data, &script, None);
+    let mut server = start_server(&data, &script, None);
     let second = server.new_session(2, &cwd);
     let frames = park_and_wake(&mut server, &second, 3);
     for receipt in agent_event(&frames, "suspension_receipt")
@@ -369,7 +262,7 @@ fn receipts_signed_before_a_sigkill_verify_and_a_flipped_bit_is_named() {
 fn keys_from_the_environment_are_not_written_and_verify_needs_them() {
     let (_dir, data, cwd, script) = workspace();
     let keys = format!("ops-1:{},ops-2:{}", "a1".repeat(32), "b2".repeat(32));
-    let mut server = Server::start(&data, &script, Some(&keys));
+    let mut server = start_server(&data, &script, Some(&keys));
     let sid = server.new_session(2, &cwd);
     let frames = park_and_wake(&mut server, &sid, 3);
     let receipts = agent_event(&frames, "suspension_receipt");
@@ -441,7 +334,7 @@ fn parked_drain<'a>(frames: &'a [Value], handle: &str) -> &'a Value {
 #[test]
 fn each_suspend_mode_journals_the_seam_it_was_drained_at() {
     let (_dir, data, cwd, script) = workspace();
-    let mut server = Server::start(&data, &script, None);
+    let mut server = start_server(&data, &script, None);
     let sid = server.new_session(2, &cwd);
 
     // interrupt_immediate: A settles, B stays unstarted — parked before the
@@ -491,7 +384,7 @@ fn each_suspend_mode_journals_the_seam_it_was_drained_at() {
 #[test]
 fn a_woken_resume_signs_the_trigger_that_fired_it() {
     let (_dir, data, cwd, script) = workspace();
-    let mut server = Server::start(&data, &script, None);
+    let mut server = start_server(&data, &script, None);
     let sid = server.new_session(2, &cwd);
     // An event wakes it: the receipt names the event and its journal seq,
     // and hashes the payload it was fed.

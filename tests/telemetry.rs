@@ -15,12 +15,14 @@
 //! which exports nothing itself.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{serve_command, StdioServer as Server};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -252,128 +254,29 @@ impl Drop for Receiver {
     }
 }
 
-struct Server {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    frames: mpsc::Receiver<Value>,
-    answered: std::cell::RefCell<std::collections::HashMap<u64, Value>>,
+/// `berth serve` exporting to `otel` (variable, value) pairs, with a short
+/// batch delay so spans leave within milliseconds (and no `OTEL_*` from the
+/// test's own environment).
+fn start_server(data: &Path, script: &Path, otel: &[(&str, String)]) -> Server {
+    let mut command = serve_command(data, script);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("OTEL_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .env("OTEL_SERVICE_NAME", "berth-under-test");
+    for (name, value) in otel {
+        command.env(name, value);
+    }
+    Server::start(command)
 }
 
-impl Server {
-    /// `berth serve` exporting to `otel` (variable, value) pairs, with a
-    /// short batch delay so spans leave within milliseconds.
-    fn start(data: &Path, script: &Path, otel: &[(&str, String)]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
-        command
-            .args(["serve", "--data-dir"])
-            .arg(data)
-            .arg("--model")
-            .arg(format!("scripted:{}", script.display()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        for (name, _) in std::env::vars() {
-            if name.starts_with("OTEL_") {
-                command.env_remove(name);
-            }
-        }
-        command
-            .env("OTEL_BSP_SCHEDULE_DELAY", "20")
-            .env("OTEL_SERVICE_NAME", "berth-under-test");
-        for (name, value) in otel {
-            command.env(name, value);
-        }
-        let mut child = command.spawn().expect("spawn berth");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, frames) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let v: Value = serde_json::from_str(&line).expect("stdout carries JSON frames");
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut server = Self {
-            child,
-            stdin,
-            frames,
-            answered: Default::default(),
-        };
-        server.send(1, "initialize", json!({"protocolVersion": 1}));
-        server.until(1);
-        server
-    }
-
-    fn send(&mut self, id: u64, method: &str, params: Value) {
-        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{frame}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn next(&self) -> Value {
-        self.frames
-            .recv_timeout(Duration::from_secs(20))
-            .expect("no frame from berth within 20 s")
-    }
-
-    fn until(&self, id: u64) -> (Vec<Value>, Value) {
-        let mut notes = Vec::new();
-        if let Some(answer) = self.answered.borrow_mut().remove(&id) {
-            return (notes, answer);
-        }
-        loop {
-            let v = self.next();
-            match v["id"].as_u64() {
-                Some(got) if got == id => return (notes, v),
-                Some(other) => {
-                    self.answered.borrow_mut().insert(other, v);
-                }
-                None => notes.push(v),
-            }
-        }
-    }
-
-    fn until_note(&self, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
-        let mut seen = Vec::new();
-        loop {
-            let v = self.next();
-            if let Some(other) = v["id"].as_u64() {
-                self.answered.borrow_mut().insert(other, v);
-                continue;
-            }
-            let done = pred(&v);
-            seen.push(v);
-            if done {
-                return seen;
-            }
-        }
-    }
-
-    fn new_session(&mut self, id: u64, cwd: &Path) -> String {
-        self.send(id, "session/new", json!({"cwd": cwd, "mcpServers": []}));
-        self.until(id).1["result"]["sessionId"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    }
-
-    /// Closes stdin (berth stops and flushes its spans) and waits.
-    fn stop(mut self) {
-        self.stdin.take();
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "berth exited with {status}");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // SIGKILL, unless already stopped.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Closes stdin (berth stops and flushes its spans); it must exit cleanly.
+fn stop(server: Server) {
+    let status = server.stop();
+    assert!(status.success(), "berth exited with {status}");
 }
 
 fn agent_event<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -454,7 +357,7 @@ fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
     let receiver = Receiver::start();
     let (_dir, data, cwd, script) = workspace();
     let endpoint = format!("http://{}", receiver.addr);
-    let mut server = Server::start(&data, &script, &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)]);
+    let mut server = start_server(&data, &script, &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)]);
     let sid = server.new_session(2, &cwd);
     server.send(
         3,
@@ -504,7 +407,7 @@ fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
     let (_, refused) = server.until(6);
     assert_eq!(refused["error"]["code"], -32009, "{refused}");
     // Stopping flushes what the batch processor still holds.
-    server.stop();
+    stop(server);
 
     let spans = receiver.spans();
     {
@@ -661,7 +564,7 @@ fn a_resume_after_a_sigkill_restart_still_links_back() {
     let (_dir, data, cwd, script) = workspace();
     let endpoint = format!("http://{}/v1/traces", receiver.addr);
     // The first process exports OTLP/JSON, the second protobuf.
-    let mut server = Server::start(
+    let mut server = start_server(
         &data,
         &script,
         &[
@@ -702,7 +605,7 @@ fn a_resume_after_a_sigkill_restart_still_links_back() {
         .all(|c| c == "application/json"));
     drop(server);
 
-    let mut server = Server::start(
+    let mut server = start_server(
         &data,
         &script,
         &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)],
@@ -717,7 +620,7 @@ fn a_resume_after_a_sigkill_restart_still_links_back() {
     frames.extend(server.until_note(|n| n["params"]["type"] == "turn_ended"));
     let resumption = agent_event(&frames, "resumption_receipt")[0].clone();
     assert_eq!(resumption["suspension_span_id"], json!(span_id));
-    server.stop();
+    stop(server);
 
     let resume = receiver.wait_for("resume", |s| s.name == "resume");
     assert_eq!(resume.parent, "");
@@ -751,7 +654,7 @@ fn sessions_recorded_with_export_on_replay_byte_for_byte() {
     let receiver = Receiver::start();
     let (_dir, data, cwd, script) = workspace();
     let endpoint = format!("http://{}", receiver.addr);
-    let mut server = Server::start(&data, &script, &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)]);
+    let mut server = start_server(&data, &script, &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)]);
     let sid = server.new_session(2, &cwd);
 
     // A turn that finishes, then parks (`wait_for_completion`: the park is
@@ -803,7 +706,7 @@ fn sessions_recorded_with_export_on_replay_byte_for_byte() {
     let (notes, resumed) = server.until(7);
     frames.extend(notes);
     assert!(resumed.get("result").is_some(), "{resumed}");
-    server.stop();
+    stop(server);
 
     // Both parks signed the id of their exported `suspend` span, and each
     // resume names it.
