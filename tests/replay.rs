@@ -4,13 +4,13 @@
 //! edited in the redb file → `berth replay` exits 3 naming the resumption
 //! receipt whose input hash check failed, `--verify` exits 2.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::{Command, Output};
 
 use redb::{ReadableTable, TableDefinition};
+
+mod common;
+use common::{serve_command, StdioServer as Server};
 use serde_json::{json, Value};
 
 const SCRIPT: &str = r#"
@@ -35,78 +35,11 @@ steps = [
 
 const ENV_KEYS: &str = "BERTH_RECEIPT_KEYS";
 
-struct Server {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    frames: mpsc::Receiver<Value>,
-}
-
-impl Server {
-    fn start(data: &Path, script: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .args(["serve", "--data-dir"])
-            .arg(data)
-            .arg("--model")
-            .arg(format!("scripted:{}", script.display()))
-            .env_remove(ENV_KEYS)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn berth");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, frames) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let v: Value = serde_json::from_str(&line).expect("stdout carries JSON frames");
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut server = Self {
-            child,
-            stdin,
-            frames,
-        };
-        server.send(1, "initialize", json!({"protocolVersion": 1}));
-        server.until(|f| f["id"] == 1);
-        server
-    }
-
-    fn send(&mut self, id: u64, method: &str, params: Value) {
-        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{frame}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// Frames until one `pred` accepts (returned).
-    fn until(&self, pred: impl Fn(&Value) -> bool) -> Value {
-        loop {
-            let frame = self
-                .frames
-                .recv_timeout(Duration::from_secs(20))
-                .expect("no frame from berth within 20 s");
-            if pred(&frame) {
-                return frame;
-            }
-        }
-    }
-
-    /// Ends the server the gentle way (stdin closed) and waits for it.
-    fn stop(mut self) {
-        self.stdin.take();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `berth serve` with the data dir's own key file.
+fn start_server(data: &Path, script: &Path) -> Server {
+    let mut command = serve_command(data, script);
+    command.env_remove(ENV_KEYS);
+    Server::start(command)
 }
 
 fn berth(args: &[&str], data: &Path) -> Output {
@@ -137,9 +70,9 @@ fn berth_replay_reproduces_a_session_and_names_an_edited_resume_input() {
     );
     std::fs::create_dir_all(&cwd).unwrap();
     std::fs::write(&script, SCRIPT).unwrap();
-    let mut server = Server::start(&data, &script);
+    let mut server = start_server(&data, &script);
     server.send(2, "session/new", json!({"cwd": cwd, "mcpServers": []}));
-    let sid = server.until(|f| f["id"] == 2)["result"]["sessionId"]
+    let sid = server.until(2).1["result"]["sessionId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -149,15 +82,15 @@ fn berth_replay_reproduces_a_session_and_names_an_edited_resume_input() {
         json!({"sessionId": sid, "prompt": [{"type": "text", "text": "park yourself"}]}),
     );
     // While the check runs: a steer, delivered after it settles.
-    server.until(|f| f["params"]["update"]["status"] == "in_progress");
+    server.until_note(|f| f["params"]["update"]["status"] == "in_progress");
     server.send(
         4,
         "session/inject",
         json!({"sessionId": sid, "mode": "steer", "content": "prefer the smaller path"}),
     );
-    server.until(|f| f["id"] == 4);
+    server.until(4);
     std::fs::write(cwd.join("release"), "").unwrap();
-    let parked = server.until(|f| f["id"] == 3);
+    let parked = server.until(3).1;
     assert_eq!(
         parked["result"]["_meta"]["berth"]["terminal"]["kind"], "suspended",
         "{parked}"
@@ -167,8 +100,8 @@ fn berth_replay_reproduces_a_session_and_names_an_edited_resume_input() {
         "session/resume",
         json!({"sessionId": sid, "input": {"window": "tonight", "ok": true}}),
     );
-    server.until(|f| f["id"] == 5);
-    server.until(|f| f["params"]["type"] == "turn_ended");
+    server.until(5);
+    server.until_note(|f| f["params"]["type"] == "turn_ended");
     server.stop();
 
     let out = berth(&["replay", &sid, "--verify", "--json"], &data);
@@ -273,9 +206,9 @@ fn a_sigkill_mid_turn_replays_up_to_the_crash() {
     );
     std::fs::create_dir_all(&cwd).unwrap();
     std::fs::write(&script, SCRIPT).unwrap();
-    let mut server = Server::start(&data, &script);
+    let mut server = start_server(&data, &script);
     server.send(2, "session/new", json!({"cwd": cwd, "mcpServers": []}));
-    let sid = server.until(|f| f["id"] == 2)["result"]["sessionId"]
+    let sid = server.until(2).1["result"]["sessionId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -284,30 +217,24 @@ fn a_sigkill_mid_turn_replays_up_to_the_crash() {
         "session/prompt",
         json!({"sessionId": sid, "prompt": [{"type": "text", "text": "the smaller one"}]}),
     );
-    server.until(|f| f["id"] == 3);
+    server.until(3);
     server.send(
         4,
         "session/resume",
         json!({"sessionId": sid, "input": "go"}),
     );
-    server.until(|f| f["id"] == 4);
-    server.until(|f| f["params"]["type"] == "turn_ended");
+    server.until(4);
+    server.until_note(|f| f["params"]["type"] == "turn_ended");
     // A second turn, killed while its command runs.
     server.send(
         5,
         "session/prompt",
         json!({"sessionId": sid, "prompt": [{"type": "text", "text": "park yourself"}]}),
     );
-    server.until(|f| f["params"]["update"]["status"] == "in_progress");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(server.child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    let _ = server.child.wait();
-    drop(server);
+    server.until_note(|f| f["params"]["update"]["status"] == "in_progress");
+    server.kill();
     // The restart seals the killed turn (process_restarted).
-    Server::start(&data, &script).stop();
+    start_server(&data, &script).stop();
 
     let out = berth(&["replay", &sid, "--verify", "--json"], &data);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

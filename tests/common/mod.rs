@@ -127,6 +127,12 @@ impl StdioServer {
             .to_owned()
     }
 
+    /// SIGKILLs the server and reaps it (a crash, for durability tests).
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Ends the server the gentle way (stdin closed) and waits for it.
     pub fn stop(mut self) -> ExitStatus {
         self.stdin.take();
