@@ -634,6 +634,7 @@ fn usage_errors_exit_2_before_connecting() {
         vec!["event", "emit", "x", "--data", "{a:1}"],
         vec!["ps", "--server", "ftp://x"],
         vec!["suspend", "sess_x", "--timeout", "NaN"],
+        vec!["ps", "--state", "bogus"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_berth"))
             .arg("ctl")

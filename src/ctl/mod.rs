@@ -67,7 +67,7 @@ pub enum CtlCommand {
     Ps {
         /// Only sessions in this state (idle, running, quiescing,
         /// suspended, closed).
-        #[arg(long)]
+        #[arg(long, value_parser = ["idle", "running", "quiescing", "suspended", "closed"])]
         state: Option<String>,
         /// Only sessions with this label.
         #[arg(long)]
