@@ -6,13 +6,13 @@
 //! the redb file → `berth verify` names that event and exits 2. And the same
 //! with the keys given in `BERTH_RECEIPT_KEYS` instead of the key file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use redb::{ReadableTable, TableDefinition};
 
 mod common;
-use common::{serve_command, StdioServer as Server};
+use common::{serve_command, workspace, StdioServer as Server};
 use serde_json::{json, Value};
 
 const SCRIPT: &str = r#"
@@ -85,18 +85,6 @@ fn verify_json(data: &Path, keys: Option<&str>) -> (Option<i32>, Value) {
     (out.status.code(), report)
 }
 
-fn workspace() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, cwd, script) = (
-        dir.path().join("data"),
-        dir.path().join("work"),
-        dir.path().join("s.toml"),
-    );
-    std::fs::create_dir_all(&cwd).unwrap();
-    std::fs::write(&script, SCRIPT).unwrap();
-    (dir, data, cwd, script)
-}
-
 /// Suspends the idle session and resumes it; returns every frame seen.
 fn park_and_wake(server: &mut Server, sid: &str, first_id: u64) -> Vec<Value> {
     server.send(first_id, "session/suspend", json!({"sessionId": sid}));
@@ -115,7 +103,7 @@ fn park_and_wake(server: &mut Server, sid: &str, first_id: u64) -> Vec<Value> {
 
 #[test]
 fn receipts_signed_before_a_sigkill_verify_and_a_flipped_bit_is_named() {
-    let (_dir, data, cwd, script) = workspace();
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
     let mut server = start_server(&data, &script, None);
     let sid = server.new_session(2, &cwd);
     server.send(
@@ -260,7 +248,7 @@ fn receipts_signed_before_a_sigkill_verify_and_a_flipped_bit_is_named() {
 
 #[test]
 fn keys_from_the_environment_are_not_written_and_verify_needs_them() {
-    let (_dir, data, cwd, script) = workspace();
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
     let keys = format!("ops-1:{},ops-2:{}", "a1".repeat(32), "b2".repeat(32));
     let mut server = start_server(&data, &script, Some(&keys));
     let sid = server.new_session(2, &cwd);
@@ -333,7 +321,7 @@ fn parked_drain<'a>(frames: &'a [Value], handle: &str) -> &'a Value {
 
 #[test]
 fn each_suspend_mode_journals_the_seam_it_was_drained_at() {
-    let (_dir, data, cwd, script) = workspace();
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
     let mut server = start_server(&data, &script, None);
     let sid = server.new_session(2, &cwd);
 
@@ -383,7 +371,7 @@ fn each_suspend_mode_journals_the_seam_it_was_drained_at() {
 
 #[test]
 fn a_woken_resume_signs_the_trigger_that_fired_it() {
-    let (_dir, data, cwd, script) = workspace();
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
     let mut server = start_server(&data, &script, None);
     let sid = server.new_session(2, &cwd);
     // An event wakes it: the receipt names the event and its journal seq,

@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use redb::{ReadableTable, TableDefinition};
 
 mod common;
-use common::{serve_command, StdioServer as Server};
+use common::{serve_command, workspace, StdioServer as Server};
 use serde_json::{json, Value};
 
 const SCRIPT: &str = r#"
@@ -62,20 +62,9 @@ fn text(out: &Output) -> String {
 
 #[test]
 fn berth_replay_reproduces_a_session_and_names_an_edited_resume_input() {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, cwd, script) = (
-        dir.path().join("data"),
-        dir.path().join("work"),
-        dir.path().join("s.toml"),
-    );
-    std::fs::create_dir_all(&cwd).unwrap();
-    std::fs::write(&script, SCRIPT).unwrap();
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
     let mut server = start_server(&data, &script);
-    server.send(2, "session/new", json!({"cwd": cwd, "mcpServers": []}));
-    let sid = server.until(2).1["result"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let sid = server.new_session(2, &cwd);
     server.send(
         3,
         "session/prompt",
@@ -198,20 +187,9 @@ fn berth_replay_reproduces_a_session_and_names_an_edited_resume_input() {
 /// stops there, saying so.
 #[test]
 fn a_sigkill_mid_turn_replays_up_to_the_crash() {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, cwd, script) = (
-        dir.path().join("data"),
-        dir.path().join("work"),
-        dir.path().join("s.toml"),
-    );
-    std::fs::create_dir_all(&cwd).unwrap();
-    std::fs::write(&script, SCRIPT).unwrap();
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
     let mut server = start_server(&data, &script);
-    server.send(2, "session/new", json!({"cwd": cwd, "mcpServers": []}));
-    let sid = server.until(2).1["result"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let sid = server.new_session(2, &cwd);
     server.send(
         3,
         "session/prompt",

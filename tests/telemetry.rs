@@ -16,13 +16,13 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{serve_command, StdioServer as Server};
+use common::{serve_command, workspace, StdioServer as Server};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -287,18 +287,6 @@ fn agent_event<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-fn workspace() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, cwd, script) = (
-        dir.path().join("data"),
-        dir.path().join("work"),
-        dir.path().join("s.toml"),
-    );
-    std::fs::create_dir_all(&cwd).unwrap();
-    std::fs::write(&script, SCRIPT).unwrap();
-    (dir, data, cwd, script)
-}
-
 fn link_kinds(span: &Span) -> Vec<(&str, &str, &str)> {
     span.links
         .iter()
@@ -355,7 +343,7 @@ const SPAN_KIND_CLIENT: i32 = 3;
 #[test]
 fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
     let receiver = Receiver::start();
-    let (_dir, data, cwd, script) = workspace();
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
     let endpoint = format!("http://{}", receiver.addr);
     let mut server = start_server(&data, &script, &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)]);
     let sid = server.new_session(2, &cwd);
@@ -561,7 +549,7 @@ fn suspend_and_resume_spans_pair_up_and_genai_spans_are_exported() {
 #[test]
 fn a_resume_after_a_sigkill_restart_still_links_back() {
     let receiver = Receiver::start();
-    let (_dir, data, cwd, script) = workspace();
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
     let endpoint = format!("http://{}/v1/traces", receiver.addr);
     // The first process exports OTLP/JSON, the second protobuf.
     let mut server = start_server(
@@ -652,7 +640,7 @@ fn a_resume_after_a_sigkill_restart_still_links_back() {
 #[test]
 fn sessions_recorded_with_export_on_replay_byte_for_byte() {
     let receiver = Receiver::start();
-    let (_dir, data, cwd, script) = workspace();
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
     let endpoint = format!("http://{}", receiver.addr);
     let mut server = start_server(&data, &script, &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)]);
     let sid = server.new_session(2, &cwd);

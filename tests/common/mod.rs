@@ -6,12 +6,27 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+
+/// A temp dir holding `data/` (the data dir, not yet created), `work/` (a
+/// session cwd) and `s.toml` (the scripted model's `script`): (dir, data,
+/// cwd, script path). Keep the dir alive for the test.
+pub fn workspace(script: &str) -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (data, cwd, path) = (
+        dir.path().join("data"),
+        dir.path().join("work"),
+        dir.path().join("s.toml"),
+    );
+    std::fs::create_dir_all(&cwd).expect("create the cwd");
+    std::fs::write(&path, script).expect("write the script");
+    (dir, data, cwd, path)
+}
 
 /// `berth serve --data-dir DATA --model scripted:SCRIPT`, as a command the
 /// caller may add arguments and environment to before [`StdioServer::start`].

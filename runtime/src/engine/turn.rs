@@ -886,7 +886,7 @@ impl<'a> Turn<'a> {
             self.turn_messages.push(Message::User { text });
         }
         let frame = self.frame(Phase::Provider, iteration, outcomes, vec![]);
-        let settled = std::mem::take(&mut *self.settled.lock().unwrap_or_else(|e| e.into_inner()));
+        let settled = self.take_settled();
         if settled.is_empty() {
             self.sink.checkpoint(&frame).await?;
         } else {
@@ -1212,11 +1212,15 @@ impl<'a> Turn<'a> {
             .await
     }
 
+    /// The held `completed` updates, in settlement order; none are left held.
+    fn take_settled(&self) -> Vec<SessionEvent> {
+        std::mem::take(&mut *self.settled.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Journals the held `completed` updates, in order, before any other
     /// write of the turn.
     async fn flush_settled(&self) -> Result<(), SinkError> {
-        let settled = std::mem::take(&mut *self.settled.lock().unwrap_or_else(|e| e.into_inner()));
-        for event in settled {
+        for event in self.take_settled() {
             self.sink.emit(event).await?;
         }
         Ok(())
