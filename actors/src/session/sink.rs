@@ -97,6 +97,10 @@ impl TurnSink for JournalSink {
     }
 
     /// One fenced batch: the events and the frame; published once durable.
+    fn joins_in_progress(&self) -> bool {
+        true
+    }
+
     async fn emit_with_checkpoint(
         &self,
         events: Vec<SessionEvent>,

@@ -83,6 +83,17 @@ pub trait TurnSink: Send + Sync {
         }
         self.checkpoint(frame).await
     }
+
+    /// Whether a running call's `in_progress` update may wait (up to a
+    /// short grace) to be written with the call's outcome. `true` for a
+    /// journaling sink that joins writes ([`TurnSink::emit_with_checkpoint`]
+    /// as one commit): a fast call then costs one commit instead of two. The
+    /// default, `false`, emits it before the call runs, as a replaying sink
+    /// must: there the call answers from the record, and a call that never
+    /// settled has only its `in_progress` to show.
+    fn joins_in_progress(&self) -> bool {
+        false
+    }
 }
 
 /// A tool call waiting for a client's approval.

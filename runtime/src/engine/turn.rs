@@ -131,6 +131,10 @@ const CALL_CANCELLED: &str =
                               the turn goes on";
 /// The seed's reason for a call skipped by an interrupt.
 const INTERRUPTED: &str = "a user interrupt arrived before this tool call was dispatched";
+/// How long a one-call group's `in_progress` update may wait to be
+/// journaled with the call's outcome (see `Turn::hold_settled`). Past it,
+/// the call is still running and watchers are told so.
+const IN_PROGRESS_GRACE: std::time::Duration = std::time::Duration::from_millis(10);
 const NOT_SENT: &str = "not dispatched: the turn was stopped before this tool call was sent";
 const ABANDONED: &str = "abandoned: the turn was stopped while this tool call ran; \
                          its effects, if any, were not undone";
@@ -272,12 +276,15 @@ struct Turn<'a> {
     file_changes: std::sync::Mutex<Vec<FileChange>>,
     /// User messages to add after the current batch's results.
     resume_notes: Vec<String>,
-    /// Set while a one-call group is dispatched: its `completed` update is
-    /// held in `settled` and journaled with the frame that records the
-    /// outcome (one commit instead of two; nothing runs in between).
+    /// Set while a one-call group is dispatched: its `in_progress` update
+    /// (for up to [`IN_PROGRESS_GRACE`], when the sink
+    /// [joins](TurnSink::joins_in_progress) it) and its `completed` update are held
+    /// in `settled` and journaled with the frame that records the outcome
+    /// (one commit instead of three; no other write of the turn runs in
+    /// between).
     hold_settled: std::sync::atomic::AtomicBool,
-    /// Held `completed` updates, in settlement order; flushed before any
-    /// other write of the turn.
+    /// Held tool call updates, in order; flushed before any other write of
+    /// the turn.
     settled: std::sync::Mutex<Vec<SessionEvent>>,
     /// When this run of the turn started, unix ms from `deps.clock` (wall
     /// time before a suspension is in `accounting.wall_ms` already).
@@ -1051,39 +1058,71 @@ impl<'a> Turn<'a> {
                 return Ok(Some(settle(ToolOutcomeStatus::Interrupted, reason)));
             }
         }
-        self.sink
-            .emit(SessionEvent::ToolCallUpdate {
-                tool_call_id: call.id.clone(),
-                status: ToolCallStatus::InProgress,
-                raw_output: None,
-                content: None,
-            })
-            .await?;
+        let in_progress = SessionEvent::ToolCallUpdate {
+            tool_call_id: call.id.clone(),
+            status: ToolCallStatus::InProgress,
+            raw_output: None,
+            content: None,
+        };
+        // A one-call group holds its `in_progress` update too: a call that
+        // settles within IN_PROGRESS_GRACE journals it with its outcome (one
+        // commit, not two); a slower one journals it when the grace ends, so
+        // watchers still see a long call running. A crash in between changes
+        // nothing: an open turn's announced, unsettled calls are sealed as
+        // abandoned whether or not `in_progress` was on disk.
+        let held = self.hold_settled.load(std::sync::atomic::Ordering::Relaxed);
+        let hold_in_progress = held && self.sink.joins_in_progress();
+        if hold_in_progress {
+            self.hold(in_progress);
+        } else {
+            self.sink.emit(in_progress).await?;
+        }
         let ctx = ToolContext {
             call_id: Some(call.id.0.clone()),
             ..ctx.clone()
         };
-        let result = tokio::select! {
-            biased;
-            () = self.deps.control.stopped() => None,
-            () = cancelled.cancelled() => {
-                // Only this call's processes; the turn goes on.
-                self.deps.processes.kill_call(call.id.as_str());
-                self.update(
-                    call,
-                    ToolCallStatus::Failed,
-                    json!({"dispatched": true, "cancelled": true, "reason": CALL_CANCELLED}),
-                    CALL_CANCELLED,
-                )
-                .await?;
-                return Ok(Some(settle(ToolOutcomeStatus::Interrupted, CALL_CANCELLED.into())));
-            }
-            result = async {
-                match resume {
-                    Some((continuation, input)) => tool.resume_execution(&ctx, continuation, input).await,
-                    None => tool.execute(&ctx, call.arguments.clone()).await,
+        let run = async {
+            match resume {
+                Some((continuation, input)) => {
+                    tool.resume_execution(&ctx, continuation, input).await
                 }
-            } => Some(result),
+                None => tool.execute(&ctx, call.arguments.clone()).await,
+            }
+        };
+        tokio::pin!(run);
+        // The grace: the call alone, then (still running) its `in_progress`
+        // is journaled outside any race, so a stop or a cancel (seen at most
+        // the grace later) never drops a write half done.
+        let mut early = None;
+        if hold_in_progress {
+            tokio::select! {
+                biased;
+                result = &mut run => early = Some(result),
+                () = tokio::time::sleep(IN_PROGRESS_GRACE) => {}
+            }
+            if early.is_none() {
+                self.flush_settled().await?;
+            }
+        }
+        let result = match early {
+            Some(result) => Some(result),
+            None => tokio::select! {
+                biased;
+                () = self.deps.control.stopped() => None,
+                () = cancelled.cancelled() => {
+                    // Only this call's processes; the turn goes on.
+                    self.deps.processes.kill_call(call.id.as_str());
+                    self.update(
+                        call,
+                        ToolCallStatus::Failed,
+                        json!({"dispatched": true, "cancelled": true, "reason": CALL_CANCELLED}),
+                        CALL_CANCELLED,
+                    )
+                    .await?;
+                    return Ok(Some(settle(ToolOutcomeStatus::Interrupted, CALL_CANCELLED.into())));
+                }
+                result = &mut run => Some(result),
+            },
         };
         match result {
             None => {
@@ -1101,6 +1140,7 @@ impl<'a> Turn<'a> {
                     Some(park) => format!("parked: {}", park.reason),
                     None => "suspended: this call continues when the session resumes".into(),
                 };
+                self.flush_settled().await?;
                 self.sink
                     .emit(SessionEvent::ToolCallUpdate {
                         tool_call_id: call.id.clone(),
@@ -1123,16 +1163,13 @@ impl<'a> Turn<'a> {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .append(&mut output.file_changes);
-                if self.hold_settled.load(std::sync::atomic::Ordering::Relaxed) {
-                    self.settled
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(update_event(
-                            call,
-                            ToolCallStatus::Completed,
-                            output.raw,
-                            &output.content,
-                        ));
+                if held {
+                    self.hold(update_event(
+                        call,
+                        ToolCallStatus::Completed,
+                        output.raw,
+                        &output.content,
+                    ));
                 } else {
                     self.update(call, ToolCallStatus::Completed, output.raw, &output.content)
                         .await?;
@@ -1200,6 +1237,8 @@ impl<'a> Turn<'a> {
         Ok(decision)
     }
 
+    /// Journals a call's settled update, after whatever is held (so the
+    /// held `in_progress` stays before it).
     async fn update(
         &self,
         call: &ToolCallRequest,
@@ -1207,18 +1246,27 @@ impl<'a> Turn<'a> {
         raw: serde_json::Value,
         content: &str,
     ) -> Result<(), SinkError> {
+        self.flush_settled().await?;
         self.sink
             .emit(update_event(call, status, raw, content))
             .await
     }
 
-    /// The held `completed` updates, in settlement order; none are left held.
+    /// Holds `event` for the next write of the turn (see `hold_settled`).
+    fn hold(&self, event: SessionEvent) {
+        self.settled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(event);
+    }
+
+    /// The held updates, in order; none are left held.
     fn take_settled(&self) -> Vec<SessionEvent> {
         std::mem::take(&mut *self.settled.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Journals the held `completed` updates, in order, before any other
-    /// write of the turn.
+    /// Journals the held updates, in order, before any other write of the
+    /// turn.
     async fn flush_settled(&self) -> Result<(), SinkError> {
         for event in self.take_settled() {
             self.sink.emit(event).await?;
@@ -1264,5 +1312,16 @@ mod tests {
         tools.insert(Arc::clone(fewer.get("shell").expect("shell")));
         assert_eq!(config_fingerprint_of(&model, &tools, 7), before);
         assert_ne!(config_fingerprint_of(&model, &tools, 8), before);
+        // Every turn fingerprints a clone of the node's set: the encoding is
+        // made once for the set and its clones, also those made before it.
+        let node = ToolSet::builtin();
+        let (turn1, turn2) = (node.clone(), node.clone());
+        assert!(std::ptr::eq(turn1.specs_json(), turn2.specs_json()));
+        assert!(std::ptr::eq(turn1.specs_json(), node.specs_json()));
+        // A changed set is encoded anew and leaves its clones alone.
+        let mut changed = node.clone();
+        changed.insert(Arc::clone(fewer.get("shell").expect("shell")));
+        assert!(!std::ptr::eq(changed.specs_json(), node.specs_json()));
+        assert_eq!(config_fingerprint_of(&model, &changed, 7), plain(&changed));
     }
 }

@@ -300,10 +300,11 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone, Default)]
 pub struct ToolSet {
     tools: BTreeMap<String, Arc<dyn Tool>>,
-    /// [`ToolSet::specs`] as compact JSON, built on first use: every turn
+    /// [`ToolSet::specs`] as compact JSON, built on first use and shared by
+    /// every clone (each turn works on a clone of the node's set): every turn
     /// fingerprints its configuration, and building and encoding the
-    /// schemas each time was about 6 % of berth's CPU in the wake-up bench.
-    specs_json: std::sync::OnceLock<Arc<[u8]>>,
+    /// schemas each time was about 5-6 % of berth's CPU in the wake-up bench.
+    specs_json: Arc<std::sync::OnceLock<Arc<[u8]>>>,
 }
 
 impl ToolSet {
@@ -325,7 +326,7 @@ impl ToolSet {
     /// Adds (or replaces) a tool under its spec name.
     pub fn insert(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.spec().name, tool);
-        self.specs_json = std::sync::OnceLock::new();
+        self.specs_json = Arc::default();
     }
 
     /// The tool called `name`.
@@ -339,7 +340,8 @@ impl ToolSet {
     }
 
     /// [`ToolSet::specs`] encoded as compact JSON (`serde_json::to_vec`),
-    /// computed once per set and shared by its clones.
+    /// computed once per set and shared by its clones (also those made
+    /// before the first call).
     pub fn specs_json(&self) -> &[u8] {
         self.specs_json
             .get_or_init(|| serde_json::to_vec(&self.specs()).unwrap_or_default().into())
@@ -361,7 +363,7 @@ impl ToolSet {
                 .iter()
                 .map(|(name, tool)| (name.clone(), wrap(tool)))
                 .collect(),
-            specs_json: self.specs_json.clone(),
+            specs_json: Arc::clone(&self.specs_json),
         }
     }
 }
