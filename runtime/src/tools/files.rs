@@ -13,7 +13,7 @@ use std::path::{Component, Path, PathBuf};
 use async_trait::async_trait;
 use nix::fcntl::OFlag;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::io::{Read, Write};
 
 use super::{opt_u64_arg, str_arg, FileChange, Tool, ToolContext, ToolError, ToolOutput};
 use crate::event::ToolKind;
@@ -44,15 +44,30 @@ fn normalize(path: &Path) -> PathBuf {
 
 /// Opens `path` without following a final symlink and without blocking on a
 /// FIFO; for writing, creates or truncates it.
-async fn open_no_follow(path: &Path, write: bool) -> std::io::Result<tokio::fs::File> {
+fn open_no_follow(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
     let flags = (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits();
-    let mut options = tokio::fs::OpenOptions::new();
+    let mut options = std::fs::OpenOptions::new();
     if write {
         options.write(true).create(true).truncate(true);
     } else {
         options.read(true);
     }
-    options.custom_flags(flags).open(path).await
+    options.custom_flags(flags).open(path)
+}
+
+/// Runs a tool's filesystem work on the blocking pool in one hop (not one per
+/// system call: a small read is then one thread hand-off, not four).
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(ToolError::Io {
+            op: "run".into(),
+            path: String::new(),
+            message: format!("the file task failed: {e}"),
+        })
+    })
 }
 
 /// Resolves `raw` to a path inside the session's roots.
@@ -153,31 +168,32 @@ impl Tool for ReadFile {
         let raw = str_arg(&arguments, "path")?;
         let line = opt_u64_arg(&arguments, "line")?;
         let limit = opt_u64_arg(&arguments, "limit")?;
-        let path = confine(ctx, raw)?;
-        let mut file = open_no_follow(&path, false)
-            .await
-            .map_err(|e| io_err("read", &path, e))?;
-        let meta = file
-            .metadata()
-            .await
-            .map_err(|e| io_err("read", &path, e))?;
-        if !meta.is_file() {
-            return Err(ToolError::NotAFile { path: raw.into() });
-        }
-        let size = meta.len();
-        if size > self.max_bytes {
-            return Err(ToolError::TooLarge {
-                path: raw.into(),
-                size,
-                limit: self.max_bytes,
-            });
-        }
-        let mut bytes = Vec::with_capacity(size as usize);
-        (&mut file)
-            .take(self.max_bytes)
-            .read_to_end(&mut bytes)
-            .await
-            .map_err(|e| io_err("read", &path, e))?;
+        let max_bytes = self.max_bytes;
+        let ctx = ctx.clone();
+        let raw_path = raw.to_owned();
+        let (path, bytes) = blocking(move || {
+            let raw = raw_path.as_str();
+            let path = confine(&ctx, raw)?;
+            let file = open_no_follow(&path, false).map_err(|e| io_err("read", &path, e))?;
+            let meta = file.metadata().map_err(|e| io_err("read", &path, e))?;
+            if !meta.is_file() {
+                return Err(ToolError::NotAFile { path: raw.into() });
+            }
+            let size = meta.len();
+            if size > max_bytes {
+                return Err(ToolError::TooLarge {
+                    path: raw.into(),
+                    size,
+                    limit: max_bytes,
+                });
+            }
+            let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+            file.take(max_bytes)
+                .read_to_end(&mut bytes)
+                .map_err(|e| io_err("read", &path, e))?;
+            Ok((path, bytes))
+        })
+        .await?;
         let text = String::from_utf8_lossy(&bytes);
         let content = match (line, limit) {
             (None, None) => text.into_owned(),
@@ -231,38 +247,38 @@ impl Tool for WriteFile {
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
         let raw = str_arg(&arguments, "path")?;
         let content = str_arg(&arguments, "content")?;
-        let path = confine(ctx, raw)?;
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| io_err("write", parent, e))?;
-        }
-        let existing = tokio::fs::symlink_metadata(&path).await.ok();
-        if existing.as_ref().is_some_and(|m| !m.is_file()) {
-            return Err(ToolError::NotAFile { path: raw.into() });
-        }
-        // The old text, so a rollback can restore it (a binary file could not
-        // be restored, so it is refused rather than silently lost).
-        let before = match existing {
-            Some(_) => {
-                let bytes = tokio::fs::read(&path)
-                    .await
-                    .map_err(|e| io_err("read", &path, e))?;
-                Some(String::from_utf8(bytes).map_err(|_| {
-                    ToolError::invalid(format!(
-                        "{raw} holds binary data; write_file only replaces text files"
-                    ))
-                })?)
+        let ctx = ctx.clone();
+        let (raw_path, text) = (raw.to_owned(), content.to_owned());
+        let (path, before) = blocking(move || {
+            let raw = raw_path.as_str();
+            let path = confine(&ctx, raw)?;
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io_err("write", parent, e))?;
             }
-            None => None,
-        };
-        let mut file = open_no_follow(&path, true)
-            .await
-            .map_err(|e| io_err("write", &path, e))?;
-        file.write_all(content.as_bytes())
-            .await
-            .map_err(|e| io_err("write", &path, e))?;
-        file.flush().await.map_err(|e| io_err("write", &path, e))?;
+            let existing = std::fs::symlink_metadata(&path).ok();
+            if existing.as_ref().is_some_and(|m| !m.is_file()) {
+                return Err(ToolError::NotAFile { path: raw.into() });
+            }
+            // The old text, so a rollback can restore it (a binary file could
+            // not be restored, so it is refused rather than silently lost).
+            let before = match existing {
+                Some(_) => {
+                    let bytes = std::fs::read(&path).map_err(|e| io_err("read", &path, e))?;
+                    Some(String::from_utf8(bytes).map_err(|_| {
+                        ToolError::invalid(format!(
+                            "{raw} holds binary data; write_file only replaces text files"
+                        ))
+                    })?)
+                }
+                None => None,
+            };
+            let mut file = open_no_follow(&path, true).map_err(|e| io_err("write", &path, e))?;
+            file.write_all(text.as_bytes())
+                .map_err(|e| io_err("write", &path, e))?;
+            file.flush().map_err(|e| io_err("write", &path, e))?;
+            Ok((path, before))
+        })
+        .await?;
         Ok(ToolOutput {
             content: format!("wrote {} bytes to {}", content.len(), path.display()),
             raw: json!({"path": path, "bytes": content.len()}),

@@ -1,0 +1,61 @@
+//! ACP over stdio when stdin and stdout are not pipes: `berth serve` reads
+//! a file of frames and writes its answers to a file (tokio's blocking-pool
+//! streams), where a pipe is driven by the runtime's poller instead
+//! (`adapters/acp/src/transport/stdio.rs`; every other end-to-end test uses
+//! pipes).
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+#[test]
+fn frames_from_a_file_are_answered_into_a_file() {
+    let (dir, data, cwd, script) = common::workspace("fallback = \"ok\"\n");
+    let requests = format!(
+        "{}\n{}\n{}\n",
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#,
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+            "params": {"cwd": cwd, "mcpServers": []}}),
+        r#"{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"sess_none","prompt":[]}}"#,
+    );
+    let (input, output) = (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"));
+    std::fs::write(&input, requests).expect("write the requests");
+    let mut child = common::serve_command(&data, &script)
+        .stdin(std::fs::File::open(&input).expect("open the requests"))
+        .stdout(std::fs::File::create(&output).expect("create the output"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn berth");
+    // At the end of its input it answers what is in flight and exits.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll berth") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("berth did not exit at the end of a file on stdin");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    let written = std::fs::read_to_string(&output).expect("read the output");
+    let frames: Vec<Value> = written
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON frame per line"))
+        .collect();
+    let answer = |id: u64| {
+        frames
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to {id} in {written}"))
+    };
+    assert_eq!(answer(1)["result"]["protocolVersion"], 1);
+    assert!(answer(2)["result"]["sessionId"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("sess_")));
+    assert!(answer(3)["error"]["code"].is_i64(), "{}", answer(3));
+}
