@@ -291,6 +291,18 @@ impl FileConfig {
         if self.max_model_calls == Some(0) {
             out.push(problem("max_model_calls", "must be at least 1"));
         }
+        for (i, budget) in self.budgets.iter().enumerate() {
+            if budget
+                .limits
+                .max_cost_usd
+                .is_some_and(|usd| !(usd.is_finite() && usd >= 0.0))
+            {
+                out.push(problem(
+                    format!("budgets[{i}].max_cost_usd"),
+                    "must be a finite number of USD, 0 or more",
+                ));
+            }
+        }
         if self
             .data_dir
             .as_ref()
@@ -460,6 +472,11 @@ impl FileConfig {
             }
             None => model::from_spec(&spec)?,
         };
+        let unpriced = unpriced_cost_budgets(&self.budgets, &self.prices, model.name());
+        if !unpriced.is_empty() {
+            let list: Vec<String> = unpriced.iter().map(|p| format!("  {p}")).collect();
+            anyhow::bail!("the configuration is invalid:\n{}", list.join("\n"));
+        }
         let data_dir = args
             .data_dir
             .clone()
@@ -700,6 +717,34 @@ fn check_model_spec(spec: &str) -> Result<(), String> {
     }
 }
 
+/// The `max_cost_usd` limits that could never fire: cost is counted from
+/// `[prices."MODEL NAME"]`, and the model in use (`model_name`, as
+/// `ModelProvider::name` gives it) has no price, so its sessions' cost stays
+/// 0 µUSD. One problem per such `[[budgets]]` entry, at its key.
+fn unpriced_cost_budgets(
+    budgets: &[BudgetPolicy],
+    prices: &HashMap<String, Price>,
+    model_name: &str,
+) -> Vec<Problem> {
+    if prices.contains_key(model_name) {
+        return Vec::new();
+    }
+    budgets
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.limits.max_cost_usd.is_some())
+        .map(|(i, _)| {
+            problem(
+                format!("budgets[{i}].max_cost_usd"),
+                format!(
+                    "the model in use, {model_name:?}, has no [prices.{model_name:?}] entry, \
+                     so cost is never counted and this limit could never fire"
+                ),
+            )
+        })
+        .collect()
+}
+
 /// `berth config check FILE`: every problem of the file, or a one-line
 /// summary of what it configures.
 ///
@@ -712,7 +757,22 @@ pub fn check_file(path: &Path) -> anyhow::Result<Result<String, Vec<Problem>>> {
         Ok(c) => c,
         Err(p) => return Ok(Err(vec![p])),
     };
-    let problems = config.problems();
+    let mut problems = config.problems();
+    // The model's name keys its price: `openai:MODEL` is its own name; a
+    // scripted model's is in its script (an unreadable script is a problem
+    // already).
+    let spec = config.model.as_deref().unwrap_or("scripted");
+    let name = match spec.strip_prefix("openai:") {
+        Some(_) => Some(spec.to_owned()),
+        None => model::from_spec(spec).ok().map(|m| m.name().to_owned()),
+    };
+    if let Some(name) = name {
+        problems.extend(unpriced_cost_budgets(
+            &config.budgets,
+            &config.prices,
+            &name,
+        ));
+    }
     if !problems.is_empty() {
         return Ok(Err(problems));
     }
@@ -744,6 +804,49 @@ mod tests {
             Ok(c) => c.problems(),
             Err(p) => vec![p],
         }
+    }
+
+    /// A budget's bad value is reported at its key, and a cost limit the
+    /// model in use has no price for is a problem (it could never fire).
+    #[test]
+    fn budget_problems_are_located_at_their_keys() {
+        let p = problems("[[budgets]]\nlabel = \"x\"\nmax_tokens = -1\n");
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].key, "budgets[0].max_tokens", "{p:?}");
+        let p = problems("[[budgets]]\nmax_tokenz = 5\n");
+        assert!(p[0].message.contains("max_tokenz"), "{p:?}");
+        let p = problems("[[budgets]]\nmax_cost_usd = -0.5\n");
+        assert_eq!(p[0].key, "budgets[0].max_cost_usd", "{p:?}");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("b.toml");
+        let check = |text: &str| {
+            std::fs::write(&file, text).expect("write the config");
+            check_file(&file).expect("readable")
+        };
+        let unpriced = check("[[budgets]]\nmax_tokens = 10\n[[budgets]]\nmax_cost_usd = 1.5\n")
+            .expect_err("an unpriced cost limit is a problem");
+        assert_eq!(unpriced.len(), 1, "{unpriced:?}");
+        assert_eq!(unpriced[0].key, "budgets[1].max_cost_usd");
+        assert!(
+            unpriced[0].message.contains("[prices."),
+            "{}",
+            unpriced[0].message
+        );
+        let name = model::from_spec("scripted")
+            .expect("demo")
+            .name()
+            .to_owned();
+        check(&format!(
+            "[[budgets]]\nmax_cost_usd = 1.5\n[prices.{name:?}]\n\
+             input_per_mtok_usd = 1.0\noutput_per_mtok_usd = 2.0\n"
+        ))
+        .expect("priced");
+        // `openai:MODEL` is its own name; nothing is contacted to check it.
+        check(
+            "model = \"openai:gpt-x\"\n[[budgets]]\nmax_cost_usd = 1.5\n\
+             [prices.\"openai:gpt-x\"]\ninput_per_mtok_usd = 1.0\noutput_per_mtok_usd = 2.0\n",
+        )
+        .expect("priced");
     }
 
     /// What `serve` would refuse, `config check` reports: an empty data dir

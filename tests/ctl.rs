@@ -653,4 +653,19 @@ fn usage_errors_exit_2_before_connecting() {
             stderr(&out)
         );
     }
+    // A token without a server is not an error, but it is not silently
+    // dropped either.
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["ctl", "ps", "--token", "t0ken", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("BERTH_SERVER")
+        .env_remove("BERTH_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run berth ctl");
+    assert!(
+        stderr(&out).contains("warning: --token"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -83,9 +83,11 @@ impl BudgetLimits {
 }
 
 /// A budget policy from the config file (`[[budgets]]`): limits for every
-/// session, or for sessions with `label`.
+/// session, or for sessions with `label`. In the file the limits sit beside
+/// `label` (`max_tokens = 50000`); a wrong value is reported at its own key
+/// (`budgets[0].max_tokens`), an unknown key is refused.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "PolicyFields")]
 pub struct BudgetPolicy {
     /// Applies only to sessions with this label; all sessions when absent.
     #[serde(default)]
@@ -93,6 +95,38 @@ pub struct BudgetPolicy {
     /// The limits.
     #[serde(flatten)]
     pub limits: BudgetLimits,
+}
+
+/// How a [`BudgetPolicy`] is read: every key spelled out, because serde's
+/// `flatten` reads the table as a whole, so a bad value would be reported at
+/// the table (`budgets[0]`) instead of its key.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFields {
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    max_cost_usd: Option<f64>,
+    #[serde(default)]
+    max_tool_calls: Option<u64>,
+    #[serde(default)]
+    max_wall_ms: Option<u64>,
+}
+
+impl From<PolicyFields> for BudgetPolicy {
+    fn from(f: PolicyFields) -> Self {
+        Self {
+            label: f.label,
+            limits: BudgetLimits {
+                max_tokens: f.max_tokens,
+                max_cost_usd: f.max_cost_usd,
+                max_tool_calls: f.max_tool_calls,
+                max_wall_ms: f.max_wall_ms,
+            },
+        }
+    }
 }
 
 /// A model's price (`[prices."MODEL NAME"]`), in USD per million tokens.

@@ -348,6 +348,13 @@ fn check_usage(command: &CtlCommand, endpoint: &Endpoint) -> anyhow::Result<()> 
     let usage = |message: String| anyhow::Error::new(UsageError(message));
     if let Some(server) = &endpoint.server {
         client::ws_url(server).map_err(|e| usage(e.to_string()))?;
+    } else if endpoint.token.is_some() || endpoint.ca_cert.is_some() {
+        // Not an error: BERTH_TOKEN may be set for the times a server is.
+        eprintln!(
+            "berth ctl: warning: --token / --ca-cert (or BERTH_TOKEN / BERTH_CA_CERT) apply to \
+             --server; the local control socket {} needs neither, so they are ignored",
+            endpoint.socket_path().display()
+        );
     }
     match command {
         CtlCommand::Suspend {
