@@ -291,6 +291,21 @@ impl FileConfig {
         if self.max_model_calls == Some(0) {
             out.push(problem("max_model_calls", "must be at least 1"));
         }
+        let mut priced: Vec<(&String, &Price)> = self.prices.iter().collect();
+        priced.sort_by_key(|(name, _)| *name);
+        for (name, price) in priced {
+            for (key, usd) in [
+                ("input_per_mtok_usd", price.input_per_mtok_usd),
+                ("output_per_mtok_usd", price.output_per_mtok_usd),
+            ] {
+                if !(usd.is_finite() && usd >= 0.0) {
+                    out.push(problem(
+                        format!("prices.{name:?}.{key}"),
+                        "must be a finite number of USD, 0 or more",
+                    ));
+                }
+            }
+        }
         for (i, budget) in self.budgets.iter().enumerate() {
             if budget
                 .limits
@@ -761,7 +776,13 @@ pub fn check_file(path: &Path) -> anyhow::Result<Result<String, Vec<Problem>>> {
     // The model's name keys its price: `openai:MODEL` is its own name; a
     // scripted model's is in its script (an unreadable script is a problem
     // already).
-    let spec = config.model.as_deref().unwrap_or("scripted");
+    // As `serve` picks it: BERTH_MODEL over the file (a `--model` flag is
+    // `serve`'s own).
+    let from_env = std::env::var("BERTH_MODEL").ok().filter(|m| !m.is_empty());
+    let spec = from_env
+        .as_deref()
+        .or(config.model.as_deref())
+        .unwrap_or("scripted");
     let name = match spec.strip_prefix("openai:") {
         Some(_) => Some(spec.to_owned()),
         None => model::from_spec(spec).ok().map(|m| m.name().to_owned()),
@@ -817,6 +838,15 @@ mod tests {
         assert!(p[0].message.contains("max_tokenz"), "{p:?}");
         let p = problems("[[budgets]]\nmax_cost_usd = -0.5\n");
         assert_eq!(p[0].key, "budgets[0].max_cost_usd", "{p:?}");
+        let p = problems("[prices.m]\ninput_per_mtok_usd = -1.0\noutput_per_mtok_usd = nan\n");
+        let keys: Vec<&str> = p.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "prices.\"m\".input_per_mtok_usd",
+                "prices.\"m\".output_per_mtok_usd"
+            ]
+        );
         let dir = tempfile::tempdir().expect("temp dir");
         let file = dir.path().join("b.toml");
         let check = |text: &str| {

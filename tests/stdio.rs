@@ -59,3 +59,47 @@ fn frames_from_a_file_are_answered_into_a_file() {
         .is_some_and(|s| s.starts_with("sess_")));
     assert!(answer(3)["error"]["code"].is_i64(), "{}", answer(3));
 }
+
+/// berth's stdin and stdout pipes may be shared with other programs (a
+/// shell pipeline): it must never leave them non-blocking, while it runs or
+/// after it exits, or their writes fail with `EAGAIN`.
+#[test]
+fn shared_pipes_stay_blocking() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::fd::AsFd;
+    let nonblocking = |fd: std::os::fd::BorrowedFd<'_>| {
+        let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL).expect("F_GETFL");
+        nix::fcntl::OFlag::from_bits_truncate(flags).contains(nix::fcntl::OFlag::O_NONBLOCK)
+    };
+    let (dir, data, _cwd, script) = common::workspace("fallback = \"ok\"\n");
+    let (in_read, mut in_write) = std::io::pipe().expect("stdin pipe");
+    let (out_read, out_write) = std::io::pipe().expect("stdout pipe");
+    // Our own copies share the descriptions berth gets.
+    let (in_shared, out_shared) = (
+        in_read.try_clone().expect("dup"),
+        out_write.try_clone().expect("dup"),
+    );
+    let mut child = common::serve_command(&data, &script)
+        .stdin(in_read)
+        .stdout(out_write)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn berth");
+    writeln!(
+        in_write,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":1}}}}"#
+    )
+    .expect("send initialize");
+    let mut answer = String::new();
+    BufReader::new(out_read.try_clone().expect("dup"))
+        .read_line(&mut answer)
+        .expect("read the answer");
+    assert!(answer.contains("\"id\":1"), "{answer}");
+    assert!(!nonblocking(in_shared.as_fd()), "stdin made non-blocking");
+    assert!(!nonblocking(out_shared.as_fd()), "stdout made non-blocking");
+    drop(in_write);
+    assert!(child.wait().expect("wait for berth").success());
+    assert!(!nonblocking(in_shared.as_fd()));
+    assert!(!nonblocking(out_shared.as_fd()));
+    drop(dir);
+}

@@ -715,3 +715,99 @@ fn sessions_recorded_with_export_on_replay_byte_for_byte() {
     assert_eq!(report["runs"].as_array().map(Vec::len), Some(2), "{report}");
     assert!(report["receipts"].as_u64().unwrap() >= 6, "{report}");
 }
+
+/// An A2A request carries its W3C `traceparent` HTTP header into its work:
+/// the `a2a.request` span is that remote span's child, and the turn the
+/// message starts is in the same trace under it; a refused request's span
+/// is an error.
+#[test]
+fn an_a2a_request_joins_the_callers_trace() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let receiver = Receiver::start();
+    let (_dir, data, _cwd, script) = workspace(SCRIPT);
+    const TOKEN: &str = "a2a-trace-token-0123456789";
+    let mut command = serve_command(&data, &script);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("OTEL_") {
+            command.env_remove(name);
+        }
+    }
+    let mut child = command
+        .args(["--listen", "127.0.0.1:0"])
+        .env("BERTH_API_KEYS", format!("{TOKEN}=alice:controller"))
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://{}", receiver.addr),
+        )
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn berth serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (addr_tx, addr_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(addr) = line.strip_prefix("berth: listening on http://") {
+                let _ = addr_tx.send(addr.trim().to_owned());
+            }
+        }
+    });
+    let addr = addr_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("berth serve announces its listener");
+    let post = |body: &Value, traceparent: &str| -> Value {
+        let body = body.to_string();
+        let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+        write!(
+            stream,
+            "POST / HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Type: application/json\r\nA2A-Version: 1.0\r\ntraceparent: {traceparent}\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("send");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read");
+        let (_, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {response}"))
+    };
+    let traceparent = format!("00-{TRACE}-{PARENT}-01");
+    let sent = post(
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": {
+            "role": "ROLE_USER", "messageId": "m-1", "parts": [{"text": "hello"}]}}}),
+        &traceparent,
+    );
+    assert!(sent.get("result").is_some(), "{sent}");
+    let request = receiver.wait_for("a2a.request", |s| {
+        s.name == "SendMessage" && s.attr("rpc.service") == "a2a"
+    });
+    assert_eq!(request.trace, TRACE, "the caller's trace");
+    assert_eq!(request.parent, PARENT, "the caller's span is the parent");
+    assert_eq!(request.attr("rpc.jsonrpc.request_id"), "7");
+    let turn = receiver.wait_for("turn", |s| s.name == "turn" && s.trace == TRACE);
+    assert_ne!(turn.parent, "", "the turn is under the request, not a root");
+    // A refused request (unknown task) is an error span, in its own trace
+    // when the header is not valid W3C.
+    let refused = post(
+        &json!({"jsonrpc": "2.0", "id": 8, "method": "GetTask", "params": {"id": "nope"}}),
+        "not-a-traceparent",
+    );
+    assert!(refused.get("error").is_some(), "{refused}");
+    let failed = receiver.wait_for("refused a2a.request", |s| {
+        s.name == "GetTask" && s.attr("rpc.service") == "a2a"
+    });
+    assert_eq!(failed.status, 2, "{failed:?}");
+    assert_ne!(failed.trace, TRACE);
+    assert_eq!(failed.parent, "");
+    // With a listener, berth serves on after stdin closes; SIGTERM stops it.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM berth");
+    let status = child.wait().expect("wait for berth");
+    assert!(status.success(), "{status}");
+}

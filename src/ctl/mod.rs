@@ -348,7 +348,12 @@ fn check_usage(command: &CtlCommand, endpoint: &Endpoint) -> anyhow::Result<()> 
     let usage = |message: String| anyhow::Error::new(UsageError(message));
     if let Some(server) = &endpoint.server {
         client::ws_url(server).map_err(|e| usage(e.to_string()))?;
-    } else if endpoint.token.is_some() || endpoint.ca_cert.is_some() {
+    } else if endpoint.token.as_deref().is_some_and(|t| !t.is_empty())
+        || endpoint
+            .ca_cert
+            .as_ref()
+            .is_some_and(|p| !p.as_os_str().is_empty())
+    {
         // Not an error: BERTH_TOKEN may be set for the times a server is.
         eprintln!(
             "berth ctl: warning: --token / --ca-cert (or BERTH_TOKEN / BERTH_CA_CERT) apply to \

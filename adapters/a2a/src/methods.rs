@@ -374,9 +374,14 @@ async fn start_prompt(
     let node = ctx.shared.node.clone();
     let sid = session_id.clone();
     let (tx, mut rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        let _ = tx.send(node.prompt(&sid, prompt).await);
-    });
+    // In the request's span, so the turn is in the caller's trace.
+    let span = tracing::Span::current();
+    tokio::spawn(tracing::Instrument::instrument(
+        async move {
+            let _ = tx.send(node.prompt(&sid, prompt).await);
+        },
+        span,
+    ));
     loop {
         tokio::select! {
             biased;

@@ -192,7 +192,16 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
     } else {
         None
     };
-    match crate::methods::dispatch(&ctx, &method, params).await {
+    let span = request_span(&method, &id, &parts.headers);
+    let answer = tracing::Instrument::instrument(
+        crate::methods::dispatch(&ctx, &method, params),
+        span.clone(),
+    )
+    .await;
+    if let Err(e) = &answer {
+        record_error(&span, e);
+    }
+    match answer {
         Ok(Answer::Value(result)) => {
             drop(permit);
             json_response(
@@ -219,6 +228,53 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         }
         Err(e) => error_response(StatusCode::OK, &id, &e),
     }
+}
+
+/// The span one A2A request runs in (OpenTelemetry RPC conventions, as ACP
+/// requests: `rpc.system = jsonrpc`, kind server, named after the method).
+/// A W3C `traceparent` (and `tracestate`) HTTP header makes that remote span
+/// its parent, and so the ancestor of the work the request starts (a turn, a
+/// suspension); an invalid one is ignored (W3C Trace Context §4.3) and the
+/// request starts a trace of its own.
+fn request_span(method: &str, id: &Value, headers: &HeaderMap) -> tracing::Span {
+    let span = tracing::info_span!(
+        parent: None,
+        "a2a.request",
+        otel.name = method,
+        otel.kind = "server",
+        rpc.system = "jsonrpc",
+        rpc.service = "a2a",
+        rpc.method = method,
+        rpc.jsonrpc.version = "2.0",
+        rpc.jsonrpc.request_id = tracing::field::display(id),
+        rpc.jsonrpc.error_code = tracing::field::Empty,
+        rpc.jsonrpc.error_message = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(traceparent) = header("traceparent") {
+        let mut context = json!({"traceparent": traceparent});
+        if let Some(tracestate) = header("tracestate") {
+            context["tracestate"] = json!(tracestate);
+        }
+        berth_actors::telemetry::adopt_remote_parent(&span, &context);
+    }
+    span
+}
+
+/// Marks a refused request's span as failed (`rpc.jsonrpc.error_code` /
+/// `_message`; status Error with `error.type` = the code).
+fn record_error(span: &tracing::Span, err: &RpcError) {
+    span.record("rpc.jsonrpc.error_code", err.code);
+    span.record("rpc.jsonrpc.error_message", err.message.as_str());
+    span.record("error.type", tracing::field::display(err.code));
+    span.record("otel.status_code", "ERROR");
+    span.record("otel.status_description", err.message.as_str());
 }
 
 fn busy(limit: usize) -> Response {

@@ -307,6 +307,50 @@ async fn malformed_frames_get_typed_errors_and_change_nothing() {
     assert_eq!(r["result"]["sessions"], json!([]));
 }
 
+/// A cancel that lands as soon as a call is announced (inside the grace in
+/// which its `in_progress` is held) ends it as abandoned, in order, exactly
+/// as a later one does: never as a `completed` killed process.
+#[tokio::test]
+async fn a_cancel_at_once_abandons_the_running_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let prompt = c.prompt(&sid, "sleep").await;
+    let mut notes = Vec::new();
+    loop {
+        let v = c.read().await;
+        let announced = v["params"]["update"]["sessionUpdate"] == "tool_call";
+        notes.push(v);
+        if announced {
+            break;
+        }
+    }
+    c.send_raw(
+        &json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId": sid}}).to_string(),
+    )
+    .await;
+    let (done, rest) = c.response(prompt).await;
+    notes.extend(rest);
+    assert_eq!(done["result"]["stopReason"], "cancelled");
+    let statuses: Vec<&str> = notes
+        .iter()
+        .filter(|n| n["params"]["update"]["sessionUpdate"] == "tool_call_update")
+        .filter_map(|n| n["params"]["update"]["status"].as_str())
+        .collect();
+    assert_eq!(statuses, ["in_progress", "failed"], "{notes:#?}");
+    let failed = notes
+        .iter()
+        .find(|n| n["params"]["update"]["status"] == "failed")
+        .expect("a failed update");
+    assert!(
+        failed["params"]["update"]["rawOutput"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("abandoned")),
+        "{failed}"
+    );
+}
+
 #[tokio::test]
 async fn cancel_and_list_do_not_wait_behind_a_running_prompt() {
     let dir = tempfile::tempdir().unwrap();

@@ -1090,13 +1090,16 @@ impl<'a> Turn<'a> {
             }
         };
         tokio::pin!(run);
-        // The grace: the call alone, then (still running) its `in_progress`
-        // is journaled outside any race, so a stop or a cancel (seen at most
-        // the grace later) never drops a write half done.
+        // The grace: the call may settle first. A stop or a cancel ends the
+        // grace and is then answered below exactly as after it; the held
+        // `in_progress` is journaled outside any race, so no write is ever
+        // dropped half done.
         let mut early = None;
         if hold_in_progress {
             tokio::select! {
                 biased;
+                () = self.deps.control.stopped() => {}
+                () = cancelled.cancelled() => {}
                 result = &mut run => early = Some(result),
                 () = tokio::time::sleep(IN_PROGRESS_GRACE) => {}
             }
