@@ -26,7 +26,7 @@ pub struct NodeConfig {
     /// redb quick-repair (see `berth_storage::JournalOptions`).
     pub quick_repair: bool,
     /// redb page cache in bytes (see `berth_storage::JournalOptions`;
-    /// default 256 MiB).
+    /// default 64 MiB).
     pub journal_cache_bytes: usize,
     /// Stop the actor of a session once it is parked with nothing in flight
     /// (default `true`; DESIGN.md "Scale"): a parked session costs only its

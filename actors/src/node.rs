@@ -1526,6 +1526,12 @@ impl Node {
         .await?
     }
 
+    /// Whether the session has an actor right now: `false` for a session
+    /// that is passivated (parked, only rows and a timer), closed or unknown.
+    pub async fn is_live(&self, id: &SessionId) -> bool {
+        self.registry.get_live(id).await.is_some()
+    }
+
     /// Detaches a watcher from a session (its connection closed). A session that
     /// is not live has no watchers.
     pub async fn detach(&self, id: &SessionId, watcher_id: u64) {

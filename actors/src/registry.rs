@@ -14,6 +14,21 @@ use crate::session::{SessionActor, SessionArgs, SessionEnv, SessionMsg};
 /// parallel (no lock is held across a rehydration).
 type Slot = Arc<tokio::sync::OnceCell<ActorRef<SessionMsg>>>;
 
+/// Smallest capacity a map of this module is shrunk from (below it the
+/// memory is not worth a rehash).
+const SHRINK_FLOOR: usize = 1024;
+
+/// Gives back a map's memory once it is mostly empty: a `HashMap` keeps the
+/// capacity of its largest size, so 100,000 sessions that passivated would
+/// leave about 4 MiB per map for no entry. Shrinks to twice the length once
+/// fewer than a quarter of the slots are used, so each shrink follows at
+/// least as many removals as it moves entries (amortized O(1) per removal).
+pub(crate) fn shrink_if_sparse<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > SHRINK_FLOOR && map.len() * 4 < map.capacity() {
+        map.shrink_to((map.len() * 2).max(SHRINK_FLOOR / 2));
+    }
+}
+
 /// Live session actors by session id.
 pub struct Registry {
     env: Arc<SessionEnv>,
@@ -79,6 +94,7 @@ impl Registry {
                 .is_some_and(|s| Arc::ptr_eq(s, &slot) && !s.initialized())
             {
                 live.remove(id);
+                shrink_if_sparse(&mut live);
             }
         }
         spawned
@@ -112,20 +128,56 @@ impl Registry {
         // Both maps change under the `live` lock, so that a caller that finds
         // the actor already forgotten never finds it still live.
         let mut live = self.live();
-        let id = self
-            .by_actor
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&actor)?;
+        let id = {
+            let mut by_actor = self.by_actor.lock().unwrap_or_else(|e| e.into_inner());
+            let id = by_actor.remove(&actor)?;
+            shrink_if_sparse(&mut by_actor);
+            id
+        };
         if live
             .get(&id)
             .and_then(|slot| slot.get())
             .is_some_and(|a| a.get_id() == actor)
         {
             live.remove(&id);
+            shrink_if_sparse(&mut live);
             Some(id)
         } else {
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_map_emptied_by_passivation_gives_its_memory_back() {
+        let mut map: HashMap<u64, u64> = (0..100_000).map(|i| (i, i)).collect();
+        let full = map.capacity();
+        for i in 0..100_000 {
+            map.remove(&i);
+            shrink_if_sparse(&mut map);
+        }
+        assert!(map.is_empty());
+        assert!(
+            map.capacity() <= SHRINK_FLOOR,
+            "{} slots left of {full}",
+            map.capacity()
+        );
+    }
+
+    #[test]
+    fn a_busy_map_is_not_shrunk() {
+        let mut map: HashMap<u64, u64> = (0..10_000).map(|i| (i, i)).collect();
+        for i in 0..6_000 {
+            map.remove(&i);
+            shrink_if_sparse(&mut map);
+        }
+        // 4,000 of about 14,000 slots used: more than a quarter, so not
+        // shrunk (which would leave about 7,000).
+        assert!(map.capacity() > 12_000, "{} slots", map.capacity());
+        assert_eq!(map.len(), 4_000);
     }
 }

@@ -104,6 +104,7 @@ pub trait Watcher: Send + Sync {
 }
 
 struct Entry {
+    id: u64,
     watcher: Arc<dyn Watcher>,
     after: EventId,
 }
@@ -115,13 +116,55 @@ pub struct Watchers {
     last_event_id: AtomicU64,
 }
 
+/// The watchers and the events held back for order. A parked session keeps
+/// its `Watchers` after its actor passivated (in
+/// [`Passivated`](crate::session::passivate::Passivated)), so this is what
+/// every parked session that a connection watches costs: the watchers are a
+/// vector sorted by id (one or two entries, typically: a `BTreeMap` would
+/// hold a 368-byte node for one), and `held` owns no node while empty.
 #[derive(Default)]
 struct Inner {
-    watchers: BTreeMap<u64, Entry>,
+    /// Sorted by watcher id, ids unique.
+    watchers: Vec<Entry>,
     /// Last event id released to watchers (all below it were released).
     released: EventId,
-    /// Durable events waiting for a lower id to be published first.
+    /// Durable events waiting for a lower id to be published first (empty,
+    /// without an allocated node, unless commits finish out of order).
     held: BTreeMap<EventId, Arc<EventRecord>>,
+}
+
+impl Inner {
+    /// Where watcher `id` is, or where it would be inserted.
+    fn find(&self, id: u64) -> Result<usize, usize> {
+        self.watchers.binary_search_by_key(&id, |e| e.id)
+    }
+
+    /// The next event to release: the first of `incoming` (in order) or the
+    /// held one that follows `released`, if it is there.
+    fn next_ready(
+        &mut self,
+        incoming: &mut impl Iterator<Item = (EventId, Arc<EventRecord>)>,
+    ) -> Option<(EventId, Arc<EventRecord>)> {
+        loop {
+            if let Some(entry) = self.held.first_entry() {
+                if *entry.key() == self.released + 1 {
+                    let next = entry.remove_entry();
+                    if self.held.is_empty() {
+                        // An emptied map keeps its root node: drop it.
+                        self.held = BTreeMap::new();
+                    }
+                    return Some(next);
+                }
+            }
+            let (event_id, record) = incoming.next()?;
+            if event_id == self.released + 1 {
+                return Some((event_id, record));
+            }
+            if event_id > self.released {
+                self.held.insert(event_id, record);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Watchers {
@@ -163,16 +206,8 @@ impl Watchers {
     ) {
         let mut inner = self.lock();
         let inner = &mut *inner;
-        for (event_id, record) in events {
-            if event_id > inner.released {
-                inner.held.insert(event_id, record);
-            }
-        }
-        while let Some(entry) = inner.held.first_entry() {
-            if *entry.key() != inner.released + 1 {
-                break;
-            }
-            let (event_id, record) = entry.remove_entry();
+        let mut incoming = events.into_iter();
+        while let Some((event_id, record)) = inner.next_ready(&mut incoming) {
             inner.released = event_id;
             // Every durable event is released here exactly once, whichever
             // path committed it: the one place receipts are counted.
@@ -185,7 +220,7 @@ impl Watchers {
                 replayed: false,
             };
             let mut gone = Vec::new();
-            inner.watchers.retain(|_, e| {
+            inner.watchers.retain_mut(|e| {
                 if e.after >= event_id {
                     return true;
                 }
@@ -216,12 +251,13 @@ impl Watchers {
     ) -> Result<Vec<(EventId, EventRecord)>, E> {
         let mut inner = self.lock();
         let (replay, mut after) = backlog()?;
-        let entries = &mut inner.watchers;
+        let id = watcher.watcher_id();
+        let slot = inner.find(id);
         if replay.is_empty() {
             // Re-attaching without replay keeps the watcher's position, so an
             // event committed but not yet published is not skipped.
-            if let Some(existing) = entries.get(&watcher.watcher_id()) {
-                after = after.min(existing.after);
+            if let Ok(i) = slot {
+                after = after.min(inner.watchers[i].after);
             }
         }
         for (event_id, record) in &replay {
@@ -232,16 +268,24 @@ impl Watchers {
                 replayed: true,
             });
         }
-        let id = watcher.watcher_id();
-        let new = entries
-            .insert(
-                id,
-                Entry {
-                    watcher: Arc::clone(&watcher),
-                    after,
-                },
-            )
-            .is_none();
+        let entry = Entry {
+            id,
+            watcher: Arc::clone(&watcher),
+            after,
+        };
+        let new = match slot {
+            Ok(i) => {
+                inner.watchers[i] = entry;
+                false
+            }
+            Err(i) => {
+                // Grown one at a time: a session has a few watchers, and a
+                // parked one keeps them (a doubling vector held 4 slots for 1).
+                inner.watchers.reserve_exact(1);
+                inner.watchers.insert(i, entry);
+                true
+            }
+        };
         if new {
             announce(&mut inner, session_id, &*watcher, PresenceChange::Attached);
         }
@@ -257,14 +301,18 @@ impl Watchers {
     ) -> Option<oneshot::Receiver<PermissionDecision>> {
         self.lock()
             .watchers
-            .values()
+            .iter()
             .find_map(|e| e.watcher.request_permission(session_id, request))
     }
 
     /// Removes a watcher and announces it to the others.
     pub fn detach(&self, session_id: &SessionId, watcher_id: u64) {
         let mut inner = self.lock();
-        if let Some(entry) = inner.watchers.remove(&watcher_id) {
+        if let Ok(i) = inner.find(watcher_id) {
+            let entry = inner.watchers.remove(i);
+            if inner.watchers.is_empty() {
+                inner.watchers = Vec::new();
+            }
             announce(
                 &mut inner,
                 session_id,
@@ -307,7 +355,7 @@ fn announce(
     };
     inner
         .watchers
-        .retain(|id, e| *id == notice.connection_id || e.watcher.presence(&notice));
+        .retain(|e| e.id == notice.connection_id || e.watcher.presence(&notice));
 }
 
 #[cfg(test)]

@@ -51,8 +51,18 @@ pub struct JournalOptions {
     pub keyring: Option<Keyring>,
 }
 
-/// The default page cache: 256 MiB.
-pub const DEFAULT_CACHE_BYTES: usize = 256 * 1024 * 1024;
+/// The default page cache: 64 MiB.
+///
+/// redb's cache is a user-space copy of journal pages that the kernel's page
+/// cache also holds (redb reads with `pread`), and it keeps every page a
+/// commit writes until it is full, so on a busy node it is always full and
+/// all of it counts towards RSS. 256 MiB (the earlier default) was a quarter
+/// of the RSS of 100,000 parked sessions (bench-sched `--park`); a miss
+/// costs a `pread` from the kernel's cache, and the WebSocket storm
+/// (bench-ws, README) acknowledged as many steers per second with a 16 MiB
+/// cache as with 256 MiB. Nodes that rehydrate many large sessions can raise
+/// it (`journal_cache_mib`).
+pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 impl Default for JournalOptions {
     fn default() -> Self {

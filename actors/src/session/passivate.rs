@@ -66,7 +66,10 @@ impl Passivated {
 
     /// The watchers a passivated session left, for its new actor.
     pub(crate) fn take_watchers(&self, id: &SessionId) -> Option<Arc<Watchers>> {
-        self.lock().watchers.remove(id)
+        let mut inner = self.lock();
+        let taken = inner.watchers.remove(id);
+        crate::registry::shrink_if_sparse(&mut inner.watchers);
+        taken
     }
 
     /// Whether `actor` stopped for passivation (a control it dropped
@@ -82,6 +85,7 @@ impl Passivated {
             watchers.detach(id, watcher_id);
             if watchers.is_empty() {
                 inner.watchers.remove(id);
+                crate::registry::shrink_if_sparse(&mut inner.watchers);
             }
         }
     }

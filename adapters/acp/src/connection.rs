@@ -69,6 +69,10 @@ pub struct Connection {
     pub principal: Principal,
     outbound: Outbound,
     requests: Arc<ClientRequests>,
+    /// This connection as a watcher: one for every session it watches (a
+    /// parked session keeps its watchers while passivated, so a watcher per
+    /// attach cost 112 bytes per watched session).
+    watcher: Arc<ConnectionWatcher>,
     attached: Mutex<HashSet<SessionId>>,
     /// The `clientCapabilities` sent in `initialize` (null before).
     pub client_capabilities: Mutex<Value>,
@@ -203,21 +207,33 @@ impl Connection {
         let overflowed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let closing = CancellationToken::new();
         let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
+        let principal = principal.unwrap_or_else(|| Principal::local(format!("acp:{id}")));
+        let outbound = Outbound {
+            tx,
+            queued_bytes: Arc::clone(&queued_bytes),
+            limit_bytes: max_outbound_bytes,
+            overflowed: Arc::clone(&overflowed),
+            closing: closing.clone(),
+        };
+        let requests = Arc::<ClientRequests>::default();
+        let extensions = Arc::<ClientExtensions>::default();
+        let watcher = Arc::new(ConnectionWatcher {
+            id,
+            principal: principal.clone(),
+            outbound: outbound.clone(),
+            requests: Arc::clone(&requests),
+            extensions: Arc::clone(&extensions),
+        });
         let conn = Arc::new(Connection {
             id,
             node,
-            principal: principal.unwrap_or_else(|| Principal::local(format!("acp:{id}"))),
-            outbound: Outbound {
-                tx,
-                queued_bytes: Arc::clone(&queued_bytes),
-                limit_bytes: max_outbound_bytes,
-                overflowed: Arc::clone(&overflowed),
-                closing: closing.clone(),
-            },
-            requests: Arc::default(),
+            principal,
+            outbound,
+            requests,
+            watcher,
             attached: Mutex::default(),
             client_capabilities: Mutex::new(Value::Null),
-            extensions: Arc::default(),
+            extensions,
         });
         (
             conn,
@@ -241,15 +257,10 @@ impl Connection {
         self.principal.actor.clone()
     }
 
-    /// This connection as a session watcher.
+    /// This connection as a session watcher (the same one for every
+    /// session it watches).
     pub fn watcher(&self) -> Arc<dyn Watcher> {
-        Arc::new(ConnectionWatcher {
-            id: self.id,
-            principal: self.principal.clone(),
-            outbound: self.outbound.clone(),
-            requests: Arc::clone(&self.requests),
-            extensions: Arc::clone(&self.extensions),
-        })
+        Arc::clone(&self.watcher) as Arc<dyn Watcher>
     }
 
     /// Routes the client's response to a request berth sent it.
@@ -728,6 +739,21 @@ fn record_error(err: &RpcError) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A parked session keeps its watchers while passivated: a connection
+    /// that watches 100,000 of them must not hold 100,000 watchers.
+    #[tokio::test]
+    async fn a_connection_is_one_watcher_for_all_its_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        let model =
+            berth_runtime::model::scripted::ScriptedModel::parse("", "toml", "scripted:one")
+                .unwrap();
+        let config = berth_actors::NodeConfig::new(dir.path().join("data"), Arc::new(model));
+        let node = Node::start(config).await.unwrap();
+        let (conn, _queue, _closing) = Connection::open(node, None, u64::MAX);
+        assert!(Arc::ptr_eq(&conn.watcher(), &conn.watcher()));
+        assert_eq!(conn.watcher().watcher_id(), conn.id);
+    }
 
     #[test]
     fn only_the_offered_allow_option_allows() {

@@ -1527,6 +1527,52 @@ async fn a_schedule_prompts_its_session_until_paused_and_validates_its_fields() 
     assert_eq!(error_of(&r).1["field"], "scheduleId");
 }
 
+/// One connection watches every session it creates through one watcher;
+/// the sessions park and passivate (no actor), and each one's resumption
+/// still reaches the connection once the session rehydrates.
+#[tokio::test]
+async fn a_connection_hears_each_of_its_passivated_sessions_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node_with(dir.path(), |c| c.passivate_after_ms = 0).await;
+    let mut watching = Client::connect(&node, ServeOptions::default());
+    watching
+        .call(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {"_meta": {"berth": {"suspendUpdates": true}}}}),
+        )
+        .await;
+    let sessions = [
+        watching.new_session(dir.path()).await,
+        watching.new_session(dir.path()).await,
+    ];
+    for sid in &sessions {
+        watching
+            .call("session/suspend", json!({"sessionId": sid}))
+            .await;
+    }
+    for sid in &sessions {
+        let id = berth_runtime::ids::SessionId::from(sid.as_str());
+        let mut waited = 0;
+        while node.is_live(&id).await {
+            assert!(waited < 2_000, "{sid} kept its actor");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            waited += 5;
+        }
+    }
+    let mut other = Client::connect(&node, ServeOptions::default());
+    for sid in &sessions {
+        let r = other
+            .call("session/resume", json!({"sessionId": sid}))
+            .await;
+        assert!(r["result"].is_object(), "{r}");
+        let update = next_note(&mut watching, |v| {
+            v["params"]["update"]["sessionUpdate"] == "resumed"
+        })
+        .await;
+        assert_eq!(update["params"]["sessionId"], json!(sid), "{update}");
+    }
+}
+
 /// Reads notifications until one matches `pred`; returns it.
 async fn next_note(c: &mut Client, pred: impl Fn(&Value) -> bool) -> Value {
     loop {

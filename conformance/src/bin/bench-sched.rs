@@ -110,7 +110,7 @@
 //!    the bytes live on the heap, counted exactly by this binary's global
 //!    allocator (a counting wrapper around the system allocator). After
 //!    `armed()` the journal is closed (untimed): the scan fills redb's page
-//!    cache (bounded by `JournalOptions::cache_bytes`, 256 MiB by default),
+//!    cache (bounded by `JournalOptions::cache_bytes`, 64 MiB by default),
 //!    so the live heap after closing is the armed scheduler's alone (its
 //!    due-time index, event index and id strings). RSS also keeps pages the
 //!    allocator freed but did not return to the OS: live heap is what the

@@ -97,10 +97,10 @@ struct Args {
     /// error (s).
     #[arg(long, default_value_t = 30)]
     request_timeout_secs: u64,
-    /// berth's redb page cache (MiB; `journal_cache_mib`, default 256). It
+    /// berth's redb page cache (MiB; `journal_cache_mib`, default 64). It
     /// fills as the journal grows and counts towards RSS: a smaller one
     /// shows what the rest of the process holds.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 64)]
     journal_cache_mib: u64,
 }
 
