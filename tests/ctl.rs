@@ -627,6 +627,20 @@ fn an_unreadable_frame_fails_the_waiting_request_on_the_control_socket() {
 #[test]
 fn usage_errors_exit_2_before_connecting() {
     let dir = tempfile::tempdir().unwrap();
+    // `berth ctl ARGS --data-dir DIR`, no server or token from the
+    // environment.
+    let ctl = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("ctl")
+            .args(args)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env_remove("BERTH_SERVER")
+            .env_remove("BERTH_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run berth ctl")
+    };
     for args in [
         vec!["suspend"],
         vec!["suspend", "--all", "--timeout", "1"],
@@ -636,16 +650,7 @@ fn usage_errors_exit_2_before_connecting() {
         vec!["suspend", "sess_x", "--timeout", "NaN"],
         vec!["ps", "--state", "bogus"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("ctl")
-            .args(&args)
-            .arg("--data-dir")
-            .arg(dir.path())
-            .env_remove("BERTH_SERVER")
-            .env_remove("BERTH_TOKEN")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run berth ctl");
+        let out = ctl(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(
             !stderr(&out).contains("cannot reach"),
@@ -655,14 +660,7 @@ fn usage_errors_exit_2_before_connecting() {
     }
     // A token without a server is not an error, but it is not silently
     // dropped either.
-    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["ctl", "ps", "--token", "t0ken", "--data-dir"])
-        .arg(dir.path())
-        .env_remove("BERTH_SERVER")
-        .env_remove("BERTH_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth ctl");
+    let out = ctl(&["ps", "--token", "t0ken"]);
     assert!(
         stderr(&out).contains("warning: --token"),
         "{}",

@@ -242,6 +242,19 @@ fn cause(cause: ResumeCause) -> &'static str {
     }
 }
 
+/// Marks a request's span as failed (OpenTelemetry JSON-RPC conventions:
+/// `rpc.jsonrpc.error_code` / `_message`; span status Error with
+/// `error.type` = the code), so a refused request shows as an error in a
+/// trace backend rather than as a success. The span must declare those
+/// fields (as `Empty`), as the ACP and A2A request spans do.
+pub fn record_rpc_error(span: &Span, code: i64, message: &str) {
+    span.record("rpc.jsonrpc.error_code", code);
+    span.record("rpc.jsonrpc.error_message", message);
+    span.record("error.type", tracing::field::display(code));
+    span.record("otel.status_code", "ERROR");
+    span.record("otel.status_description", message);
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

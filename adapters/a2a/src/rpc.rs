@@ -199,7 +199,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
     )
     .await;
     if let Err(e) = &answer {
-        record_error(&span, e);
+        berth_actors::telemetry::record_rpc_error(&span, e.code, &e.message);
     }
     match answer {
         Ok(Answer::Value(result)) => {
@@ -265,16 +265,6 @@ fn request_span(method: &str, id: &Value, headers: &HeaderMap) -> tracing::Span 
         berth_actors::telemetry::adopt_remote_parent(&span, &context);
     }
     span
-}
-
-/// Marks a refused request's span as failed (`rpc.jsonrpc.error_code` /
-/// `_message`; status Error with `error.type` = the code).
-fn record_error(span: &tracing::Span, err: &RpcError) {
-    span.record("rpc.jsonrpc.error_code", err.code);
-    span.record("rpc.jsonrpc.error_message", err.message.as_str());
-    span.record("error.type", tracing::field::display(err.code));
-    span.record("otel.status_code", "ERROR");
-    span.record("otel.status_description", err.message.as_str());
 }
 
 fn busy(limit: usize) -> Response {

@@ -656,7 +656,11 @@ where
                         let frame = match methods::handle_request(&conn, &method, params).await {
                             Ok(result) => encode_result(&id, result),
                             Err(err) => {
-                                record_error(&err);
+                                berth_actors::telemetry::record_rpc_error(
+                                    &tracing::Span::current(),
+                                    err.code,
+                                    &err.message,
+                                );
                                 encode_error(&id, &err)
                             }
                         };
@@ -721,19 +725,6 @@ fn request_span(method: &str, id: Option<&Value>, params: &Value) -> tracing::Sp
         berth_actors::telemetry::adopt_remote_parent(&span, meta);
     }
     span
-}
-
-/// Marks the current request span as failed (OpenTelemetry JSON-RPC
-/// conventions: `rpc.jsonrpc.error_code` / `_message`; span status Error with
-/// `error.type` = the code), so a refused control shows as an error in a
-/// trace backend rather than as a success.
-fn record_error(err: &RpcError) {
-    let span = tracing::Span::current();
-    span.record("rpc.jsonrpc.error_code", err.code);
-    span.record("rpc.jsonrpc.error_message", err.message.as_str());
-    span.record("error.type", tracing::field::display(err.code));
-    span.record("otel.status_code", "ERROR");
-    span.record("otel.status_description", err.message.as_str());
 }
 
 #[cfg(test)]
