@@ -1,8 +1,6 @@
-//! ACP over stdio when stdin and stdout are not pipes: `berth serve` reads
-//! a file of frames and writes its answers to a file (tokio's blocking-pool
-//! streams), where a pipe is driven by the runtime's poller instead
-//! (`adapters/acp/src/transport/stdio.rs`; every other end-to-end test uses
-//! pipes).
+//! ACP over stdio beyond the pipes every other end-to-end test uses: a file
+//! of frames on stdin answered into a file, and pipes shared with other
+//! programs left as berth found them (`adapters/acp/src/transport/stdio.rs`).
 
 mod common;
 
