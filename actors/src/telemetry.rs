@@ -242,6 +242,35 @@ fn cause(cause: ResumeCause) -> &'static str {
     }
 }
 
+/// The span one inbound JSON-RPC request runs in, for ACP and A2A alike:
+/// a root (`parent: None`) named `$name`, with the OpenTelemetry RPC
+/// attributes (`rpc.system = jsonrpc`, `rpc.service = $service`,
+/// `rpc.method`, kind server, named after the method) and, empty until
+/// recorded, `rpc.jsonrpc.request_id` and the error fields
+/// [`record_rpc_error`] fills. A macro because a span's name and fields are
+/// static metadata. The caller needs `tracing` among its dependencies.
+#[macro_export]
+macro_rules! jsonrpc_server_span {
+    ($name:literal, $service:literal, $method:expr) => {
+        ::tracing::info_span!(
+            parent: None,
+            $name,
+            otel.name = $method,
+            otel.kind = "server",
+            rpc.system = "jsonrpc",
+            rpc.service = $service,
+            rpc.method = $method,
+            rpc.jsonrpc.version = "2.0",
+            rpc.jsonrpc.request_id = ::tracing::field::Empty,
+            rpc.jsonrpc.error_code = ::tracing::field::Empty,
+            rpc.jsonrpc.error_message = ::tracing::field::Empty,
+            error.type = ::tracing::field::Empty,
+            otel.status_code = ::tracing::field::Empty,
+            otel.status_description = ::tracing::field::Empty,
+        )
+    };
+}
+
 /// Marks a request's span as failed (OpenTelemetry JSON-RPC conventions:
 /// `rpc.jsonrpc.error_code` / `_message`; span status Error with
 /// `error.type` = the code), so a refused request shows as an error in a

@@ -10,7 +10,11 @@
 //!
 //! The library part holds helpers those binaries share: [`stats`] (the
 //! latency summary the benchmarks print), [`host`] (finding the binary,
-//! CPU and load readings) and [`wire`] (classifying ACP frames).
+//! CPU and load readings), [`wire`] (classifying ACP frames) and
+//! [`counting`] (a global allocator counting live heap bytes, also used by
+//! footprint tests).
+
+pub mod counting;
 
 pub mod stats {
     //! Latency summaries: percentiles over a set of timed samples.

@@ -237,25 +237,11 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
 /// suspension); an invalid one is ignored (W3C Trace Context §4.3) and the
 /// request starts a trace of its own.
 fn request_span(method: &str, id: &Value, headers: &HeaderMap) -> tracing::Span {
-    let span = tracing::info_span!(
-        parent: None,
-        "a2a.request",
-        otel.name = method,
-        otel.kind = "server",
-        rpc.system = "jsonrpc",
-        rpc.service = "a2a",
-        rpc.method = method,
-        rpc.jsonrpc.version = "2.0",
-        rpc.jsonrpc.request_id = tracing::field::display(id),
-        rpc.jsonrpc.error_code = tracing::field::Empty,
-        rpc.jsonrpc.error_message = tracing::field::Empty,
-        error.type = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-        otel.status_description = tracing::field::Empty,
-    );
+    let span = berth_actors::jsonrpc_server_span!("a2a.request", "a2a", method);
     if span.is_disabled() {
         return span;
     }
+    span.record("rpc.jsonrpc.request_id", tracing::field::display(id));
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if let Some(traceparent) = header("traceparent") {
         let mut context = json!({"traceparent": traceparent});

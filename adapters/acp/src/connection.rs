@@ -700,21 +700,7 @@ where
 /// the ancestor of the work the request starts (a turn, a suspension). An
 /// invalid `traceparent` is ignored (W3C Trace Context §4.3).
 fn request_span(method: &str, id: Option<&Value>, params: &Value) -> tracing::Span {
-    let span = tracing::info_span!(
-        parent: None,
-        "acp.request",
-        otel.name = method,
-        otel.kind = "server",
-        rpc.system = "jsonrpc",
-        rpc.method = method,
-        rpc.jsonrpc.version = "2.0",
-        rpc.jsonrpc.request_id = tracing::field::Empty,
-        rpc.jsonrpc.error_code = tracing::field::Empty,
-        rpc.jsonrpc.error_message = tracing::field::Empty,
-        error.type = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-        otel.status_description = tracing::field::Empty,
-    );
+    let span = berth_actors::jsonrpc_server_span!("acp.request", "acp", method);
     if span.is_disabled() {
         return span;
     }

@@ -155,10 +155,9 @@
 
 use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, spawn_berth, stderr_tail};
 use berth_conformance::wire::{classify_frame, Frame};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -180,57 +179,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
-// ---------------------------------------------------------------------------
-// A counting allocator: live heap bytes, exactly.
-// ---------------------------------------------------------------------------
-
-/// The system allocator, counting the bytes currently allocated.
-struct Counting;
-
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded unchanged to `System`; the counter is only
-// arithmetic on the sizes the caller passed.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's layout.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's layout.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout`.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: `ptr` was allocated by `System` with `layout`.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-            LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
-        }
-        p
-    }
-}
-
+/// Live heap bytes, counted exactly (see `berth_conformance::counting`).
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-// ---------------------------------------------------------------------------
+static ALLOCATOR: berth_conformance::counting::Counting = berth_conformance::counting::Counting;
 
 /// How long to wait for any single frame from the child before giving up.
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
@@ -392,7 +343,7 @@ fn mib(bytes: u64) -> f64 {
 }
 
 fn live_heap() -> u64 {
-    LIVE_BYTES.load(Ordering::Relaxed) as u64
+    berth_conformance::counting::live_bytes().max(0) as u64
 }
 
 /// Nearest-rank percentile `p` of `sorted` (non-empty, ascending); the same
