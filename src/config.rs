@@ -170,6 +170,7 @@ pub struct FileConfig {
     quick_repair: Option<bool>,
     journal_cache_mib: Option<u32>,
     passivate_after_ms: Option<u64>,
+    max_live_sessions: Option<usize>,
     completion_judge: Option<bool>,
     require_approval: Option<Vec<String>>,
     #[serde(default)]
@@ -208,6 +209,7 @@ pub struct Settings {
     pub quick_repair: bool,
     pub journal_cache_bytes: usize,
     pub passivate_after_ms: Option<u64>,
+    pub max_live_sessions: usize,
     pub completion_judge: bool,
     pub require_approval: Vec<String>,
     pub acp: ServeOptions,
@@ -539,6 +541,9 @@ impl FileConfig {
                     (mib.max(1) as usize) << 20
                 }),
             passivate_after_ms: self.passivate_after_ms,
+            max_live_sessions: self
+                .max_live_sessions
+                .unwrap_or(berth_actors::config::DEFAULT_MAX_LIVE_SESSIONS),
             completion_judge: self.completion_judge.unwrap_or(false),
             require_approval: if args.require_approval.is_empty() {
                 self.require_approval.unwrap_or_default()

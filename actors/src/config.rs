@@ -12,6 +12,9 @@ use berth_runtime::model::ModelProvider;
 use berth_runtime::tools::ToolSet;
 use berth_storage::Keyring;
 
+/// Default [`NodeConfig::max_live_sessions`].
+pub const DEFAULT_MAX_LIVE_SESSIONS: usize = 10_000;
+
 /// Node configuration.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -37,6 +40,14 @@ pub struct NodeConfig {
     /// that comes soon) resume without rehydrating; long ones cost only rows
     /// and a timer. `0`: at once.
     pub passivate_after_ms: u64,
+    /// Soft cap on sessions holding a live actor (default 10,000; like a
+    /// Temporal worker's workflow cache). Past it, a session that is parked
+    /// *or idle* gives up its actor as soon as it has nothing in flight,
+    /// without waiting `passivate_after_ms`; running turns are never
+    /// stopped, so the count may exceed it while they run. A live actor
+    /// costs about 11 KiB plus its transcript; a passivated session only
+    /// its rows (and its timer). Ignored when `passivate_parked` is off.
+    pub max_live_sessions: usize,
     /// Time source.
     pub clock: Arc<dyn Clock>,
     /// Id source.
@@ -70,6 +81,7 @@ impl NodeConfig {
             journal_cache_bytes: berth_storage::DEFAULT_CACHE_BYTES,
             passivate_parked: true,
             passivate_after_ms: 10_000,
+            max_live_sessions: DEFAULT_MAX_LIVE_SESSIONS,
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
             completion_judge: None,

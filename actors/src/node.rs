@@ -352,7 +352,7 @@ pub enum NodeError {
 /// A running berth node.
 #[derive(Debug, Clone)]
 pub struct Node {
-    env: Arc<SessionEnv>,
+    pub(crate) env: Arc<SessionEnv>,
     pub(crate) registry: Arc<Registry>,
     supervisor: ActorRef<()>,
 }

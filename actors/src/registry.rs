@@ -119,6 +119,7 @@ impl Registry {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(actor.get_id(), id.clone());
+        self.env.passivated.actor_spawned();
         Ok(actor)
     }
 
@@ -131,6 +132,7 @@ impl Registry {
         let id = {
             let mut by_actor = self.by_actor.lock().unwrap_or_else(|e| e.into_inner());
             let id = by_actor.remove(&actor)?;
+            self.env.passivated.actor_forgotten();
             shrink_if_sparse(&mut by_actor);
             id
         };

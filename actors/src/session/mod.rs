@@ -444,13 +444,15 @@ impl Actor for SessionActor {
     ) -> Result<(), ActorProcessingErr> {
         let handled = self.dispatch(&myself, msg, state).await;
         // Handled in order: the passivation runs after whatever is queued now.
-        if !state.passivation_asked && passivate::passivable(state) {
-            state.passivation_asked = true;
-            match state.env.config.passivate_after_ms {
-                0 => {
+        if !state.passivation_asked {
+            match passivate::passivate_in_ms(state) {
+                None => {}
+                Some(0) => {
+                    state.passivation_asked = true;
                     let _ = myself.send_message(SessionMsg::Passivate);
                 }
-                ms => {
+                Some(ms) => {
+                    state.passivation_asked = true;
                     myself.send_after(std::time::Duration::from_millis(ms), || {
                         SessionMsg::Passivate
                     });

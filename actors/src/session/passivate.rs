@@ -4,7 +4,12 @@
 //! Once a session has been parked with nothing in flight (no turn, no
 //! waiting suspend, no buffered scheduled run, no pending close, no live
 //! process group) for `passivate_after_ms` (default 10 s, so that short waits
-//! resume without a rehydration), its actor stops itself. Everything it held is in the journal
+//! resume without a rehydration), its actor stops itself. Past
+//! `max_live_sessions` live actors (a soft cap, default 10,000), a parked
+//! *or idle* session stops its actor as soon as it has nothing in flight:
+//! memory stays bounded by the cap however many sessions a burst creates or
+//! parks, and the sessions beyond it cost only rows (an idle session keeps
+//! nothing else in memory either: its transcript is in the journal). Everything it held is in the journal
 //! except its watchers (the connections attached to it), which wait in
 //! [`Passivated`] for the next actor: a timer, an event or a client
 //! rehydrates the session on demand and the watchers hear of the resumption
@@ -16,6 +21,7 @@
 //! dropped reply comes from a passivated actor ([`Passivated::was_passivated`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use berth_runtime::ids::SessionId;
@@ -31,6 +37,8 @@ const RECENT: usize = 65_536;
 #[derive(Debug, Default)]
 pub struct Passivated {
     inner: Mutex<Inner>,
+    /// Session actors spawned and not yet forgotten by the registry.
+    live: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -45,6 +53,21 @@ struct Inner {
 impl Passivated {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a session actor the registry spawned.
+    pub(crate) fn actor_spawned(&self) {
+        self.live.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a session actor the registry forgot (stopped or failed).
+    pub(crate) fn actor_forgotten(&self) {
+        self.live.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Session actors live right now (spawned, not yet forgotten).
+    pub fn live_actors(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
     }
 
     /// Records that `actor` (of session `id`) stops for passivation, keeping
@@ -91,11 +114,30 @@ impl Passivated {
     }
 }
 
-/// Whether the session can give up its actor: parked, with nothing in
-/// flight that lives only in memory.
+/// Whether the node holds more live actors than `max_live_sessions`.
+fn over_cap(state: &SessionState) -> bool {
+    state.env.passivated.live_actors() > state.env.config.max_live_sessions
+}
+
+/// How long the session waits before it gives up its actor, if it may:
+/// `passivate_after_ms` when it is parked, at once when the node is over
+/// its live-actor cap (parked or idle), `None` when it must stay live.
+pub(crate) fn passivate_in_ms(state: &SessionState) -> Option<u64> {
+    if !passivable(state) {
+        None
+    } else if over_cap(state) {
+        Some(0)
+    } else {
+        Some(state.env.config.passivate_after_ms)
+    }
+}
+
+/// Whether the session can give up its actor now: parked (or idle while
+/// the node is over its live-actor cap), with nothing in flight that lives
+/// only in memory.
 pub(crate) fn passivable(state: &SessionState) -> bool {
     state.env.config.passivate_parked
-        && state.suspension.is_some()
+        && (state.suspension.is_some() || over_cap(state))
         && state.turn.is_none()
         && state.suspend_waiters.is_empty()
         && state.scheduled.is_empty()
@@ -153,6 +195,95 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         panic!("the parked session kept its actor");
+    }
+
+    fn new_session(dir: &std::path::Path) -> NewSession {
+        NewSession {
+            cwd: dir.to_path_buf(),
+            additional_directories: vec![],
+            mcp_servers: vec![],
+            parent_session_id: None,
+            labels: vec![],
+            session_id: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn past_the_live_cap_idle_sessions_give_up_their_actors_and_keep_working() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = ScriptedModel::parse(
+            "[[rules]]\nmatch = \"hello\"\nsteps = [{ text = \"hi there\" }]\n",
+            "toml",
+            "scripted:cap",
+        )
+        .unwrap();
+        let mut config = NodeConfig::new(dir.path().join("data"), Arc::new(model));
+        // Parked sessions would wait a minute: only the cap makes them go.
+        config.passivate_after_ms = 60_000;
+        config.max_live_sessions = 2;
+        let node = Node::start(config).await.unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..5 {
+            let sid = node
+                .new_session(new_session(dir.path()))
+                .await
+                .unwrap()
+                .session_id;
+            // Any handled message lets an idle actor notice the cap.
+            node.attach(&sid, Arc::new(Recorder(Mutex::default())), false)
+                .await
+                .unwrap();
+            ids.push(sid);
+        }
+        // The first two fit under the cap and stay; the rest passivate at
+        // once although they are merely idle.
+        for sid in &ids[2..] {
+            until_passivated(&node, sid).await;
+        }
+        assert!(node.registry.get_live(&ids[0]).await.is_some());
+        assert!(node.registry.get_live(&ids[1]).await.is_some());
+        assert_eq!(node.env.passivated.live_actors(), 2);
+        // A passivated idle session rehydrates for a prompt, answers from
+        // its journaled transcript, and goes again.
+        for round in 0..2 {
+            let outcome = node
+                .prompt(&ids[4], berth_runtime::content::Prompt::text("hello"))
+                .await
+                .unwrap();
+            assert_eq!(
+                outcome.terminal.kind,
+                berth_runtime::terminal::TerminalKind::Completed,
+                "round {round}"
+            );
+            until_passivated(&node, &ids[4]).await;
+        }
+        // Both turns are in the transcript (the second one was appended to
+        // the first by a rehydrated actor).
+        let transcript = node.journal().transcript(&ids[4]).unwrap();
+        assert_eq!(transcript.len(), 4, "{transcript:?}");
+        // Under the cap again, a parked session keeps its actor for
+        // `passivate_after_ms` (short waits resume without a rehydration).
+        for sid in &ids[..2] {
+            node.close(sid, "test").await.unwrap();
+        }
+        node.prompt(&ids[3], berth_runtime::content::Prompt::text("hello"))
+            .await
+            .unwrap();
+        node.suspend(
+            &ids[3],
+            SuspendParams {
+                mode: SuspendMode::FinishStep,
+                reason: None,
+                resume_when: None,
+                actor: "test".into(),
+                initiator: Initiator::Client,
+                require_running: false,
+            },
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(node.registry.get_live(&ids[3]).await.is_some());
     }
 
     #[tokio::test]
