@@ -224,15 +224,22 @@ pub fn request_sha256(request: &ModelRequest) -> String {
     } else {
         request.history_fingerprint.clone()
     };
-    let rest = serde_json::to_vec(&(
+    // The bytes of `serde_json::to_vec(&(session, turn, iteration, cwd,
+    // turn_messages, tools))` (what tapes were always hashed over), with the
+    // tools' encoding taken from the shared specs rather than redone.
+    let head = serde_json::to_vec(&(
         &request.session_id,
         &request.turn_id,
         request.iteration,
         &request.cwd,
         &request.turn_messages,
-        &request.tools,
     ))
     .unwrap_or_default();
+    let mut rest = Vec::with_capacity(head.len() + request.tools.json().len() + 1);
+    rest.extend_from_slice(head.strip_suffix(b"]").unwrap_or(&head));
+    rest.push(b',');
+    rest.extend_from_slice(request.tools.json());
+    rest.push(b']');
     let mut hasher = Sha256::new();
     hasher.update(b"berth.model_request.v1\0");
     hasher.update(history.as_bytes());
@@ -599,7 +606,7 @@ mod tests {
             history: Arc::new(vec![]),
             history_fingerprint: String::new(),
             turn_messages: vec![crate::history::Message::User { text: text.into() }],
-            tools: vec![],
+            tools: Default::default(),
         }
     }
 
@@ -682,8 +689,35 @@ steps = [{ text = "partial" }, { delay_ms = 60000 }, { text = "never" }]
             name: "t".into(),
             description: String::new(),
             parameters: serde_json::json!({}),
-        }];
+        }]
+        .into();
         assert_ne!(request_sha256(&other), computed);
+    }
+
+    /// Tapes recorded before the specs were shared must still verify: the
+    /// hash is over the same bytes as the tuple encoding it always used.
+    #[test]
+    fn a_request_hash_is_over_the_bytes_it_always_was() {
+        for tools in [vec![], crate::tools::ToolSet::builtin().specs()] {
+            let mut req = request("go \"quoted\" ✓");
+            req.iteration = 3;
+            req.tools = tools.clone().into();
+            let rest = serde_json::to_vec(&(
+                &req.session_id,
+                &req.turn_id,
+                req.iteration,
+                &req.cwd,
+                &req.turn_messages,
+                &tools,
+            ))
+            .unwrap();
+            let mut hasher = Sha256::new();
+            hasher.update(b"berth.model_request.v1\0");
+            hasher.update(b"\0");
+            hasher.update(&rest);
+            let expected = format!("sha256:{}", hex_of(&hasher.finalize()));
+            assert_eq!(request_sha256(&req), expected);
+        }
     }
 
     #[test]

@@ -163,7 +163,7 @@ fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> ModelRequest {
         history: std::sync::Arc::new(messages),
         history_fingerprint: String::new(),
         turn_messages: vec![],
-        tools,
+        tools: tools.into(),
     }
 }
 

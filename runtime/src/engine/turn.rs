@@ -570,7 +570,7 @@ impl<'a> Turn<'a> {
             history: Arc::clone(self.spec.history.messages()),
             history_fingerprint: self.spec.history.fingerprint().to_owned(),
             turn_messages: self.turn_messages.clone(),
-            tools: self.deps.tools.specs(),
+            tools: self.deps.tools.shared_specs().clone(),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
         let span = spans::model_call(

@@ -932,7 +932,7 @@ mod tests {
             history: Default::default(),
             history_fingerprint: String::new(),
             turn_messages: vec![],
-            tools: vec![],
+            tools: Default::default(),
         }
     }
 

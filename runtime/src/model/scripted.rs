@@ -418,7 +418,7 @@ mod tests {
                     tool_calls: vec![],
                 }))
                 .collect(),
-            tools: vec![],
+            tools: Default::default(),
         }
     }
 

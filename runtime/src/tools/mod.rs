@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 pub use processes::{ProcessGroups, ProcessLedger};
 
 use crate::event::ToolKind;
-use crate::model::ToolSpec;
+use crate::model::{ToolSpec, ToolSpecs};
 use crate::suspension::{ResumeCause, ResumeConditions};
 
 /// What a tool call may touch.
@@ -300,11 +300,12 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone, Default)]
 pub struct ToolSet {
     tools: BTreeMap<String, Arc<dyn Tool>>,
-    /// [`ToolSet::specs`] as compact JSON, built on first use and shared by
-    /// every clone (each turn works on a clone of the node's set): every turn
-    /// fingerprints its configuration, and building and encoding the
-    /// schemas each time was about 5-6 % of berth's CPU in the wake-up bench.
-    specs_json: Arc<std::sync::OnceLock<Arc<[u8]>>>,
+    /// [`ToolSet::specs`] and their compact JSON, built on first use and
+    /// shared by every clone (each turn works on a clone of the node's set):
+    /// every turn fingerprints its configuration and every model call
+    /// carries the specs, and building and encoding the schemas each time
+    /// was about 5-8 % of berth's CPU in the wake-up bench.
+    specs: Arc<std::sync::OnceLock<ToolSpecs>>,
 }
 
 impl ToolSet {
@@ -326,7 +327,7 @@ impl ToolSet {
     /// Adds (or replaces) a tool under its spec name.
     pub fn insert(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.spec().name, tool);
-        self.specs_json = Arc::default();
+        self.specs = Arc::default();
     }
 
     /// The tool called `name`.
@@ -339,12 +340,17 @@ impl ToolSet {
         self.tools.values().map(|t| t.spec()).collect()
     }
 
+    /// [`ToolSet::specs`], built and encoded once per set and shared by its
+    /// clones (also those made before the first call): what each model
+    /// request carries.
+    pub fn shared_specs(&self) -> &ToolSpecs {
+        self.specs.get_or_init(|| ToolSpecs::new(self.specs()))
+    }
+
     /// [`ToolSet::specs`] encoded as compact JSON (`serde_json::to_vec`),
-    /// computed once per set and shared by its clones (also those made
-    /// before the first call).
+    /// computed once per set (see [`ToolSet::shared_specs`]).
     pub fn specs_json(&self) -> &[u8] {
-        self.specs_json
-            .get_or_init(|| serde_json::to_vec(&self.specs()).unwrap_or_default().into())
+        self.shared_specs().json()
     }
 
     /// The tool names, sorted.
@@ -363,7 +369,7 @@ impl ToolSet {
                 .iter()
                 .map(|(name, tool)| (name.clone(), wrap(tool)))
                 .collect(),
-            specs_json: Arc::clone(&self.specs_json),
+            specs: Arc::clone(&self.specs),
         }
     }
 }
