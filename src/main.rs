@@ -478,6 +478,7 @@ pub(crate) const CONTROL_SOCKET: &str = "berth.sock";
 /// the control socket); the answer is printed as JSON, an error is the exit
 /// status.
 async fn emit(args: EmitArgs) -> anyhow::Result<()> {
+    ctl::check_endpoint(&args.server)?;
     let data: serde_json::Value = match &args.data {
         Some(text) => serde_json::from_str(text).context("--data is not JSON")?,
         None => serde_json::Value::Null,
@@ -512,6 +513,7 @@ async fn schedule(command: ScheduleCommand) -> anyhow::Result<()> {
         ScheduleCommand::Unpause { id, server } => (server, "unpause", json!({"scheduleId": id})),
         ScheduleCommand::Delete { id, server } => (server, "delete", json!({"scheduleId": id})),
     };
+    ctl::check_endpoint(&server)?;
     let method = format!("_berth/schedule.{method}");
     let answer = ctl::call(&server, &method, params).await?;
     println!("{answer}");

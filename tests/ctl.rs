@@ -666,4 +666,25 @@ fn usage_errors_exit_2_before_connecting() {
         "{}",
         stderr(&out)
     );
+    // Nor by `berth event emit` and `berth schedule`, which take the same
+    // endpoint flags.
+    for args in [
+        vec!["event", "emit", "ci.passed", "--token", "t0ken"],
+        vec!["schedule", "list", "--token", "t0ken"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(&args)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env_remove("BERTH_SERVER")
+            .env_remove("BERTH_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run berth");
+        assert!(
+            stderr(&out).contains("warning: --token"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
 }

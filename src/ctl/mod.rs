@@ -338,6 +338,32 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// Checks the endpoint flags of any command that talks to a running
+/// `berth serve` (`ctl`, `event emit`, `schedule`): a `--server` URL must be
+/// a WebSocket URL; `--token` / `--ca-cert` without `--server` are only
+/// warned about (not an error: `BERTH_TOKEN` may be set for the times a
+/// server is).
+///
+/// # Errors
+/// [`UsageError`] for a bad `--server` URL.
+pub(crate) fn check_endpoint(endpoint: &Endpoint) -> anyhow::Result<()> {
+    if let Some(server) = &endpoint.server {
+        client::ws_url(server).map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
+    } else if endpoint.token.as_deref().is_some_and(|t| !t.is_empty())
+        || endpoint
+            .ca_cert
+            .as_ref()
+            .is_some_and(|p| !p.as_os_str().is_empty())
+    {
+        eprintln!(
+            "berth: warning: --token / --ca-cert (or BERTH_TOKEN / BERTH_CA_CERT) apply to \
+             --server; the local control socket {} needs neither, so they are ignored",
+            endpoint.socket_path().display()
+        );
+    }
+    Ok(())
+}
+
 /// Usage problems clap cannot see (which sessions, flags that exclude each
 /// other, JSON flag values, the `--server` URL), checked before anything is
 /// sent.
@@ -346,21 +372,7 @@ impl std::error::Error for UsageError {}
 /// [`UsageError`] naming the problem.
 fn check_usage(command: &CtlCommand, endpoint: &Endpoint) -> anyhow::Result<()> {
     let usage = |message: String| anyhow::Error::new(UsageError(message));
-    if let Some(server) = &endpoint.server {
-        client::ws_url(server).map_err(|e| usage(e.to_string()))?;
-    } else if endpoint.token.as_deref().is_some_and(|t| !t.is_empty())
-        || endpoint
-            .ca_cert
-            .as_ref()
-            .is_some_and(|p| !p.as_os_str().is_empty())
-    {
-        // Not an error: BERTH_TOKEN may be set for the times a server is.
-        eprintln!(
-            "berth ctl: warning: --token / --ca-cert (or BERTH_TOKEN / BERTH_CA_CERT) apply to \
-             --server; the local control socket {} needs neither, so they are ignored",
-            endpoint.socket_path().display()
-        );
-    }
+    check_endpoint(endpoint)?;
     match command {
         CtlCommand::Suspend {
             all,

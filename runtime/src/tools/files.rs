@@ -168,6 +168,15 @@ impl Tool for ReadFile {
         let raw = str_arg(&arguments, "path")?;
         let line = opt_u64_arg(&arguments, "line")?;
         let limit = opt_u64_arg(&arguments, "limit")?;
+        // Lines are 1-based, as the schema says (`minimum: 1`).
+        if let Some(key) = [("line", line), ("limit", limit)]
+            .iter()
+            .find_map(|(key, v)| (*v == Some(0)).then_some(*key))
+        {
+            return Err(ToolError::invalid(format!(
+                "`{key}` must be at least 1 (lines are 1-based)"
+            )));
+        }
         let max_bytes = self.max_bytes;
         let ctx = ctx.clone();
         let raw_path = raw.to_owned();
@@ -194,7 +203,10 @@ impl Tool for ReadFile {
             Ok((path, bytes))
         })
         .await?;
+        let file_bytes = bytes.len();
         let text = String::from_utf8_lossy(&bytes);
+        // Not UTF-8: the model reads it with U+FFFD in place of the bad bytes.
+        let invalid_utf8 = matches!(text, std::borrow::Cow::Owned(_));
         let content = match (line, limit) {
             (None, None) => text.into_owned(),
             (line, limit) => {
@@ -204,15 +216,27 @@ impl Tool for ReadFile {
             }
         };
         Ok(ToolOutput {
-            raw: json!({"path": path, "bytes": content.len()}),
+            // `bytes`: of the text returned; `file_bytes`: of the file read.
+            raw: json!({
+                "path": path,
+                "bytes": content.len(),
+                "file_bytes": file_bytes,
+                "invalid_utf8": invalid_utf8,
+            }),
             content,
             file_changes: Vec::new(),
         })
     }
 }
 
+/// Largest file `write_file` replaces (bytes): its old text is kept for a
+/// rollback, so it is read whole first; as large as `read_file` reads.
+pub const MAX_REPLACED_BYTES: u64 = 1024 * 1024;
+
 /// `write_file {path, content}`: creates or replaces a text file (and its
-/// missing parent directories) inside the session's directories.
+/// missing parent directories) inside the session's directories. Refuses to
+/// replace a file over [`MAX_REPLACED_BYTES`] or one that is not UTF-8 (its
+/// old content could not be restored by a rollback).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WriteFile;
 
@@ -262,8 +286,25 @@ impl Tool for WriteFile {
             // The old text, so a rollback can restore it (a binary file could
             // not be restored, so it is refused rather than silently lost).
             let before = match existing {
+                Some(meta) if meta.len() > MAX_REPLACED_BYTES => {
+                    return Err(ToolError::TooLarge {
+                        path: raw.into(),
+                        size: meta.len(),
+                        limit: MAX_REPLACED_BYTES,
+                    })
+                }
                 Some(_) => {
-                    let bytes = std::fs::read(&path).map_err(|e| io_err("read", &path, e))?;
+                    let mut bytes = Vec::new();
+                    open_no_follow(&path, false)
+                        .and_then(|f| f.take(MAX_REPLACED_BYTES + 1).read_to_end(&mut bytes))
+                        .map_err(|e| io_err("read", &path, e))?;
+                    if bytes.len() as u64 > MAX_REPLACED_BYTES {
+                        return Err(ToolError::TooLarge {
+                            path: raw.into(),
+                            size: bytes.len() as u64,
+                            limit: MAX_REPLACED_BYTES,
+                        });
+                    }
                     Some(String::from_utf8(bytes).map_err(|_| {
                         ToolError::invalid(format!(
                             "{raw} holds binary data; write_file only replaces text files"
@@ -322,6 +363,57 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(part.content, "two\n");
+    }
+
+    #[tokio::test]
+    async fn lines_are_one_based_and_binary_is_reported_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = ctx(dir.path(), &[]);
+        let p = dir.path().join("a.txt");
+        std::fs::write(&p, "one\ntwo\n").unwrap();
+        for args in [
+            json!({"path": p, "line": 0}),
+            json!({"path": p, "limit": 0}),
+        ] {
+            let e = ReadFile::default().call(&c, args).await.unwrap_err();
+            assert!(e.to_string().contains("at least 1"), "{e}");
+        }
+        let bin = dir.path().join("b.bin");
+        std::fs::write(&bin, [0xff, 0xfe, b'a']).unwrap();
+        let read = ReadFile::default()
+            .call(&c, json!({"path": bin}))
+            .await
+            .unwrap();
+        assert_eq!(read.raw["file_bytes"], 3);
+        assert_eq!(read.raw["invalid_utf8"], true);
+        assert_eq!(read.raw["bytes"], read.content.len());
+        let text = ReadFile::default()
+            .call(&c, json!({"path": p}))
+            .await
+            .unwrap();
+        assert_eq!(text.raw["invalid_utf8"], false);
+    }
+
+    #[tokio::test]
+    async fn a_file_too_large_to_restore_is_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = ctx(dir.path(), &[]);
+        let big = dir.path().join("big.txt");
+        let content = "x".repeat(usize::try_from(MAX_REPLACED_BYTES).unwrap() + 1);
+        std::fs::write(&big, &content).unwrap();
+        let e = WriteFile
+            .call(&c, json!({"path": big, "content": "small"}))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ToolError::TooLarge { .. }), "{e}");
+        assert_eq!(std::fs::read_to_string(&big).unwrap(), content, "untouched");
+        // At the limit it is replaced, its old text kept for a rollback.
+        std::fs::write(&big, &content[1..]).unwrap();
+        let out = WriteFile
+            .call(&c, json!({"path": big, "content": "small"}))
+            .await
+            .unwrap();
+        assert_eq!(out.file_changes[0].before.as_deref(), Some(&content[1..]));
     }
 
     #[tokio::test]

@@ -192,7 +192,7 @@ pub enum ToolError {
         path: String,
     },
     /// A file larger than the read bound.
-    #[error("file `{path}` is {size} bytes, over the {limit}-byte read limit")]
+    #[error("file `{path}` is {size} bytes, over the {limit}-byte limit")]
     TooLarge {
         /// The file.
         path: String,
