@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod claimer;
 pub mod config;
 pub mod error;
 pub mod metrics;

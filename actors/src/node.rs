@@ -16,12 +16,12 @@ use berth_runtime::model::Usage;
 use berth_runtime::receipt::TriggerMatch;
 use berth_runtime::steering::Injection;
 use berth_runtime::suspension::{
-    DueKind, ExternalEvent, Initiator, OnTimeout, OverlapPolicy, ResumeCause, ResumeConditions,
-    Schedule, SuspendMode, Suspension,
+    ExternalEvent, Initiator, OverlapPolicy, ResumeCause, ResumeClaim, ResumeConditions, Schedule,
+    SuspendMode, Suspension,
 };
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind};
 use berth_runtime::tools::ProcessLedger;
-use berth_scheduler::{Due, Entry, Fired, Firing, Scheduler};
+use berth_scheduler::{Entry, Fired, Firing, Scheduler};
 use berth_storage::{Batch, Journal, JournalOptions, SessionRecord};
 use chrono::{DateTime, Utc};
 use ractor::rpc::CallResult;
@@ -29,8 +29,9 @@ use ractor::{Actor, ActorRef, RpcReplyPort};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::claimer::Job;
 use crate::config::NodeConfig;
-use crate::error::ControlError;
+use crate::error::{ControlError, ResumeConflict};
 use crate::registry::Registry;
 use crate::session::{settle_open_turn, AttachOutcome, Replay, SessionEnv, SessionMsg};
 use crate::supervisor::Supervisor;
@@ -431,7 +432,8 @@ impl Node {
         node.env.scheduler.arm_all(entries);
         tracing::info!(count, "armed the wake-ups of parked sessions");
         node.arm_schedules().await?;
-        node.spawn_firing(firings);
+        let jobs = crate::claimer::start(&node.env, firings);
+        node.spawn_jobs(jobs);
         node.match_unmatched_events().await?;
         Ok(node)
     }
@@ -644,14 +646,15 @@ impl Node {
         }
     }
 
-    /// Turns due wake-ups into resume claims, each in its own task. Holds the
-    /// node weakly: it ends with the node.
-    fn spawn_firing(&self, mut firings: tokio::sync::mpsc::UnboundedReceiver<Fired>) {
+    /// Runs what the claimer hands over (see [`crate::claimer`]), each in its
+    /// own task: completes durable claims, fails `fail` timeouts, runs
+    /// schedules. Holds the node weakly: it ends with the node.
+    fn spawn_jobs(&self, mut jobs: tokio::sync::mpsc::UnboundedReceiver<Job>) {
         let env = Arc::downgrade(&self.env);
         let registry = Arc::downgrade(&self.registry);
         let supervisor = self.supervisor.clone();
         tokio::spawn(async move {
-            while let Some(firing) = firings.recv().await {
+            while let Some(job) = jobs.recv().await {
                 let (Some(env), Some(registry)) = (env.upgrade(), registry.upgrade()) else {
                     return;
                 };
@@ -661,106 +664,76 @@ impl Node {
                     supervisor: supervisor.clone(),
                 };
                 tokio::spawn(async move {
-                    match firing {
-                        Fired::Wakeup(due) => node.fire_due(&due).await,
-                        Fired::Schedule {
+                    match job {
+                        Job::Claimed { firing, claim, ack } => {
+                            node.complete_claim(firing, claim, ack).await;
+                        }
+                        Job::Fail(firing) => node.fail_due(firing).await,
+                        Job::Schedule(Fired::Schedule {
                             schedule_id,
                             due,
                             lateness_ms,
-                        } => node.run_schedule(&schedule_id, due, lateness_ms).await,
+                        }) => node.run_schedule(&schedule_id, due, lateness_ms).await,
+                        Job::Schedule(Fired::Wakeup(_)) => {}
                     }
                 });
             }
         });
     }
 
-    /// Resolves a due entry against the session's journaled wake-up and
-    /// fires it; a stale entry (the suspension was resumed or replaced) is
-    /// dropped.
-    async fn fire_due(&self, due: &Due) {
-        match self.env.journal.wakeup(&due.session_id) {
-            Ok(wakeup) => match Firing::resolve(due, wakeup) {
-                Some(firing) => self.fire(firing).await,
-                None => {
-                    tracing::debug!(session_id = %due.session_id, "a stale wake-up entry was dropped")
-                }
-            },
-            Err(e) => {
-                tracing::error!(session_id = %due.session_id, error = %e, "could not read a due wake-up; it fires at the next start")
+    /// Phase 2 of a wake-up's resume (see [`crate::claimer`]): once its
+    /// claim is durable, the session actor completes the resume. A claim
+    /// refused as taken is handed to the actor too: if the scheduler took it
+    /// earlier (a wake-up re-armed after a crash between the phases) the
+    /// actor completes it; if a client's resume won, there is nothing left.
+    async fn complete_claim(
+        &self,
+        firing: Firing,
+        claim: ResumeClaim,
+        ack: tokio::sync::oneshot::Receiver<Result<Vec<EventId>, berth_storage::StorageError>>,
+    ) {
+        let session_id = &claim.session_id;
+        match ack.await {
+            Ok(Ok(_)) | Ok(Err(berth_storage::StorageError::AlreadyClaimed { .. })) => {}
+            Ok(Err(e)) => {
+                tracing::error!(%session_id, error = %e, "a wake-up's claim was not committed; it fires at the next start");
+                return;
             }
+            Err(_) => return,
+        }
+        let result = self
+            .call(session_id, |reply| SessionMsg::Claimed { reply })
+            .await
+            .and_then(|r| r);
+        match result {
+            Ok(Some(_)) => log_firing(&firing, Ok(())),
+            Ok(None) => log_firing(
+                &firing,
+                Err(ControlError::ResumeConflict {
+                    session_id: session_id.clone(),
+                    handle: Some(claim.handle.clone()),
+                    reason: ResumeConflict::NotSuspended,
+                }),
+            ),
+            Err(e) => log_firing(&firing, Err(e)),
         }
     }
 
-    /// Fires one wake-up through the same one-time claim as an explicit
-    /// resume: a timeout resumes with cause `timeout` (input: a reminder that
-    /// the wait timed out, or the condition's `input`) or fails the
-    /// suspension (`onTimeout: fail`); a time trigger resumes with cause
-    /// `condition_fired`. Losing the claim to a client is not an error.
-    async fn fire(&self, firing: Firing) {
-        crate::metrics::record_lateness(
-            match firing.kind {
-                DueKind::Timeout => "timeout",
-                DueKind::Trigger => "trigger",
-            },
-            firing.lateness_ms,
-        );
+    /// An `onTimeout: fail` wake-up: the session actor fails the suspension
+    /// (its handle is used up; a later resume gets `already_resumed`).
+    async fn fail_due(&self, firing: Firing) {
         let wakeup = &firing.wakeup;
-        let session_id = wakeup.session_id.clone();
-        let trigger = match firing.kind {
-            DueKind::Trigger => TriggerMatch::Time { due_at: firing.due },
-            DueKind::Timeout => TriggerMatch::Timeout {
-                due_at: firing.due,
-                on_timeout: wakeup.on_timeout(),
-            },
-        };
-        let (cause, input) = match firing.kind {
-            DueKind::Trigger => (ResumeCause::ConditionFired, None),
-            DueKind::Timeout => match wakeup.on_timeout() {
-                OnTimeout::Fail => {
-                    let minutes = wakeup.timeout.as_ref().map_or(0.0, |t| t.duration_minutes);
-                    let reason = format!("the suspension timed out after {minutes} minute(s)");
-                    let handle = wakeup.handle.clone();
-                    let result = self
-                        .call(&session_id, |reply| SessionMsg::FailSuspension {
-                            handle: handle.clone(),
-                            reason: reason.clone(),
-                            reply,
-                        })
-                        .await;
-                    log_firing(&firing, result.and_then(|r| r));
-                    return;
-                }
-                OnTimeout::ResumeWithInput => (
-                    ResumeCause::Timeout,
-                    wakeup.timeout.as_ref().and_then(|t| t.input.clone()),
-                ),
-                OnTimeout::ResumeWithSummary => {
-                    let minutes = wakeup.timeout.as_ref().map_or(0.0, |t| t.duration_minutes);
-                    (
-                        ResumeCause::Timeout,
-                        Some(Value::String(format!(
-                            "the wait timed out after {minutes} minute(s) without the condition being met; continue without it"
-                        ))),
-                    )
-                }
-            },
-        };
+        let minutes = wakeup.timeout.as_ref().map_or(0.0, |t| t.duration_minutes);
+        let reason = format!("the suspension timed out after {minutes} minute(s)");
+        let handle = wakeup.handle.clone();
         let result = self
-            .resume_condition(
-                &session_id,
-                ResumeParams {
-                    handle: Some(wakeup.handle.clone()),
-                    input,
-                    continue_transcript: true,
-                    cause,
-                    actor: "scheduler".into(),
-                    lateness_ms: Some(firing.lateness_ms),
-                    message_id: None,
-                    trigger: Some(trigger),
-                },
-            )
+            .call(&wakeup.session_id, |reply| SessionMsg::FailSuspension {
+                handle: handle.clone(),
+                reason: reason.clone(),
+                reply,
+            })
             .await;
-        log_firing(&firing, result.map(|_| ()));
+        log_firing(&firing, result.and_then(|r| r));
     }
 
     /// A resume a condition fired. When the parked turn cannot continue under

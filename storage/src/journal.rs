@@ -248,6 +248,31 @@ impl Journal {
         done.await.map_err(|_| StorageError::WriterStopped)?
     }
 
+    /// Queues `batch` for the next group commit from a thread outside the
+    /// async runtime (the wake-up claimer), waiting only for room in the
+    /// writer's queue, not for the commit: the returned receiver gets what
+    /// [`Journal::commit`] would return, once the batch is durable (or
+    /// refused). Dropping the receiver does not cancel the write.
+    ///
+    /// # Errors
+    /// [`StorageError::WriterStopped`].
+    ///
+    /// # Panics
+    /// When called on an async runtime thread (it may block).
+    pub fn submit_blocking(
+        &self,
+        batch: Batch,
+    ) -> Result<oneshot::Receiver<Result<Vec<EventId>, StorageError>>, StorageError> {
+        let (ack, done) = oneshot::channel();
+        self.writer
+            .sender
+            .as_ref()
+            .ok_or(StorageError::WriterStopped)?
+            .blocking_send(Request { batch, ack })
+            .map_err(|_| StorageError::WriterStopped)?;
+        Ok(done)
+    }
+
     fn get<T: DeserializeOwned>(
         &self,
         def: TableDefinition<&str, &[u8]>,

@@ -257,6 +257,14 @@ pub enum SessionMsg {
         /// Done, or why not.
         reply: RpcReplyPort<Result<(), ControlError>>,
     },
+    /// The claimer's claim on this session's suspension is durable: complete
+    /// that resume (see [`crate::claimer`]). Answered with the resume's
+    /// outcome, `None` when nothing was left to complete (a client's resume
+    /// won, or it was completed already).
+    Claimed {
+        /// The outcome.
+        reply: RpcReplyPort<Result<Option<ResumeOutcome>, ControlError>>,
+    },
     /// Test-only fault injection: the handler fails, as a bug would.
     #[cfg(test)]
     InjectFault,
@@ -442,6 +450,13 @@ impl Actor for SessionActor {
         msg: SessionMsg,
         state: &mut SessionState,
     ) -> Result<(), ActorProcessingErr> {
+        // A resume the claimer claimed is completed before anything else
+        // sees the session (see `crate::claimer`).
+        if state.suspension.is_some() && !matches!(msg, SessionMsg::Claimed { .. }) {
+            if let Some(Err(e)) = lifecycle::resume::settle_claimed(&myself, state).await {
+                tracing::warn!(session_id = %state.record.session_id, error = %e, "could not complete a claimed wake-up; the next message or start retries");
+            }
+        }
         let handled = self.dispatch(&myself, msg, state).await;
         // Handled in order: the passivation runs after whatever is queued now.
         if !state.passivation_asked {
@@ -529,6 +544,11 @@ impl SessionActor {
                 reason,
                 reply,
             } => lifecycle::resume::fail(state, handle, reason, reply).await,
+            SessionMsg::Claimed { reply } => {
+                let outcome = lifecycle::resume::settle_claimed(&myself, state).await;
+                let _ = reply.send(outcome.transpose());
+                Ok(())
+            }
             SessionMsg::Cancel { actor, reply } => {
                 let _ = reply.send(lifecycle::cancel::cancel(state, &actor).await);
                 Ok(())

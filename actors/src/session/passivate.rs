@@ -286,6 +286,70 @@ mod tests {
         assert!(node.registry.get_live(&ids[3]).await.is_some());
     }
 
+    /// A message of a finished turn is answered the same whether or not the
+    /// session kept its actor (the last turn's control block is memory only;
+    /// the journal says what became of the message).
+    #[tokio::test]
+    async fn a_revoke_after_passivation_is_answered_from_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = ScriptedModel::parse(
+            "[[rules]]\nmatch = \"slow\"\nsteps = [{ delay_ms = 300 }, { text = \"a\" }, { tool_call = { name = \"read_file\", arguments = { path = \"/nonexistent\" } } }, { text = \"done\" }]\n",
+            "toml",
+            "scripted:revoke",
+        )
+        .unwrap();
+        let mut config = NodeConfig::new(dir.path().join("data"), Arc::new(model));
+        config.max_live_sessions = 0;
+        let node = Node::start(config).await.unwrap();
+        let sid = node
+            .new_session(new_session(dir.path()))
+            .await
+            .unwrap()
+            .session_id;
+        let turn = {
+            let (node, sid) = (node.clone(), sid.clone());
+            tokio::spawn(async move {
+                node.prompt(&sid, berth_runtime::content::Prompt::text("slow"))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let steered = node
+            .inject(&sid, "steer", &serde_json::json!("hurry"), "client")
+            .await
+            .unwrap();
+        turn.await.unwrap().unwrap();
+        until_passivated(&node, &sid).await;
+        for (content, what) in [(None, "revoke"), (Some(serde_json::json!("x")), "replace")] {
+            let answer = node
+                .retract_injection(&sid, &steered, content.as_ref(), "client")
+                .await;
+            assert!(
+                matches!(
+                    answer,
+                    Err(ControlError::Injection {
+                        conflict: berth_runtime::steering::InjectionConflict::AlreadyDelivered,
+                        ..
+                    })
+                ),
+                "{what}: {answer:?}"
+            );
+        }
+        let unknown = node
+            .retract_injection(&sid, "msg_never", None, "client")
+            .await;
+        assert!(
+            matches!(
+                unknown,
+                Err(ControlError::Injection {
+                    conflict: berth_runtime::steering::InjectionConflict::UnknownMessageId,
+                    ..
+                })
+            ),
+            "{unknown:?}"
+        );
+    }
+
     #[tokio::test]
     async fn a_parked_session_gives_up_its_actor_and_loses_no_control_or_watcher() {
         let dir = tempfile::tempdir().unwrap();

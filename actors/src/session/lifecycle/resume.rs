@@ -17,7 +17,7 @@ use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
 use berth_runtime::ids::TurnId;
 use berth_runtime::receipt::{sha256_of_json, ResumptionReceipt};
-use berth_runtime::suspension::{ResumeClaim, ResumeClaimKind, Suspension};
+use berth_runtime::suspension::{ResumeClaim, ResumeClaimKind, Suspension, Wakeup};
 use berth_runtime::terminal::{Terminal, TerminalKind, TerminalOwner};
 use berth_runtime::tools::ResumeInput;
 use berth_storage::{Batch, OpenTurn, StorageError};
@@ -66,17 +66,75 @@ async fn claim(
     // A new root that links back to the suspension (see `crate::telemetry`);
     // the turn the resume starts is its child.
     let span = crate::telemetry::resume_span(&suspension, &params);
-    wake(myself, state, params, suspension)
+    wake(myself, state, params, suspension, None)
         .instrument(span)
         .await
 }
 
-/// Takes the claim on `suspension` and starts what it resumes.
+/// Phase 2 of a wake-up's resume (see [`crate::claimer`]): when the
+/// session's suspension's handle carries a claim, the claimer took it and
+/// the resume is completed now, as that claim says (`resumedAt` is the
+/// claim's time; cause, input and trigger come from the wake-up, as the
+/// claimer derived them). A parked turn that cannot continue under today's
+/// configuration resumes with a fresh transcript instead (the claim is
+/// taken: the session must wake). `None` when there is nothing to complete.
+pub(crate) async fn settle_claimed(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+) -> Option<Result<ResumeOutcome, ControlError>> {
+    let suspension = state.suspension.clone()?;
+    let claim = match state.env.journal.resume_claim(&suspension.handle) {
+        Ok(Some(claim)) if claim.session_id == state.record.session_id => claim,
+        Ok(_) => return None,
+        Err(e) => return Some(Err(e.into())),
+    };
+    let Some(firing) = Wakeup::of(&suspension).and_then(|wakeup| {
+        let (due, kind) = wakeup.next_due()?;
+        let lateness_ms = u64::try_from((claim.claimed_at - due).num_milliseconds()).unwrap_or(0);
+        Some(berth_scheduler::Firing {
+            wakeup,
+            kind,
+            due,
+            lateness_ms,
+        })
+    }) else {
+        tracing::error!(session_id = %claim.session_id, handle = %claim.handle, "a claimed suspension has no wake-up to complete it from");
+        return None;
+    };
+    let params = crate::claimer::resume_params(&firing)?;
+    let span = crate::telemetry::resume_span(&suspension, &params);
+    let first = wake(
+        myself,
+        state,
+        params.clone(),
+        suspension.clone(),
+        Some(&claim),
+    )
+    .instrument(span.clone())
+    .await;
+    Some(match first {
+        Err(ControlError::ResumeRefused { refusal, .. }) => {
+            tracing::warn!(session_id = %claim.session_id, %refusal, "a woken parked turn cannot continue; resuming with a fresh transcript");
+            let params = ResumeParams {
+                continue_transcript: false,
+                ..params
+            };
+            wake(myself, state, params, suspension, Some(&claim))
+                .instrument(span)
+                .await
+        }
+        other => other,
+    })
+}
+
+/// Takes the claim on `suspension` (or completes `taken`, the claimer's
+/// durable claim on it) and starts what it resumes.
 async fn wake(
     myself: &ActorRef<SessionMsg>,
     state: &mut SessionState,
     params: ResumeParams,
     suspension: Suspension,
+    taken: Option<&ResumeClaim>,
 ) -> Result<ResumeOutcome, ControlError> {
     let session_id = state.record.session_id.clone();
     // An operator's refill: `{"budget": {max_tokens, max_cost_usd,
@@ -93,6 +151,8 @@ async fn wake(
     };
     let handle = suspension.handle.clone();
     let now = state.env.config.clock.now();
+    // When the session was resumed: the claim's time.
+    let resumed_at = taken.map_or(now, |claim| claim.claimed_at);
     let claim = ResumeClaim {
         handle: handle.clone(),
         session_id: session_id.clone(),
@@ -107,7 +167,7 @@ async fn wake(
         cause: params.cause,
         had_resume_input: params.input.is_some(),
         continue_transcript,
-        resumed_at: now,
+        resumed_at,
         turn_id,
         lateness_ms: params.lateness_ms,
         input: params.input.clone(),
@@ -129,7 +189,7 @@ async fn wake(
             trigger: params.trigger.clone(),
             lateness_ms: params.lateness_ms,
             turn_id,
-            resumed_at: now,
+            resumed_at,
         }))
     };
     let accepted = receipt(
@@ -141,11 +201,15 @@ async fn wake(
         json!({"sessionId": session_id, "handle": handle}),
         None,
     );
-    let prelude_batch = Batch::new().claim(&claim).delete_suspension(&session_id);
+    let prelude_batch = match taken {
+        Some(_) => Batch::new(),
+        None => Batch::new().claim(&claim),
+    }
+    .delete_suspension(&session_id);
     let outcome = |turn_id| ResumeOutcome {
         handle: handle.clone(),
         cause: params.cause,
-        resumed_at: now,
+        resumed_at,
         had_resume_input: params.input.is_some(),
         continue_transcript,
         turn_id,

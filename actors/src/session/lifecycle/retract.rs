@@ -19,6 +19,13 @@ use crate::error::ControlError;
 /// owner revoking; replace stays the injecting client's alone). The receipt
 /// is durable before the answer, for rejections too.
 ///
+/// A message the running or last turn does not know (the actor was
+/// passivated or restarted since, or it belongs to an earlier turn) is
+/// answered from the journal: `already_delivered` / `already_revoked` as its
+/// last `injection_delivered` / `injection_revoked` event says, else
+/// `unknown_message_id` — the same answer whether or not the session kept
+/// its actor.
+///
 /// # Errors
 /// [`ControlError::Injection`], [`ControlError::InvalidParams`] for replace
 /// content that is empty (`invalid_content`), [`ControlError::Storage`].
@@ -65,6 +72,10 @@ pub(crate) async fn retract(
             .replace(message_id, actor, prompt)
             .map(|injection| SessionEvent::InjectionReplaced { injection }),
     };
+    let result = match result {
+        Err(InjectionConflict::UnknownMessageId) => Err(settled_in_journal(state, message_id)?),
+        other => other,
+    };
     match result {
         Ok(fact) => {
             let outcome = if content.is_some() {
@@ -92,4 +103,30 @@ pub(crate) async fn retract(
             })
         }
     }
+}
+
+/// What the journal says became of `message_id` in a finished turn.
+///
+/// # Errors
+/// [`ControlError::Storage`].
+fn settled_in_journal(
+    state: &SessionState,
+    message_id: &str,
+) -> Result<InjectionConflict, ControlError> {
+    let events = state.env.journal.events(&state.record.session_id, 0)?;
+    Ok(events
+        .iter()
+        .rev()
+        .find_map(|(_, record)| match &record.event {
+            SessionEvent::InjectionDelivered { injection, .. }
+                if injection.message_id == message_id =>
+            {
+                Some(InjectionConflict::AlreadyDelivered)
+            }
+            SessionEvent::InjectionRevoked { message_id: id } if id == message_id => {
+                Some(InjectionConflict::AlreadyRevoked)
+            }
+            _ => None,
+        })
+        .unwrap_or(InjectionConflict::UnknownMessageId))
 }
