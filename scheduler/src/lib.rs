@@ -190,6 +190,9 @@ impl Scheduler {
     }
 }
 
+/// Most queued commands applied between two looks at the clock.
+const COMMANDS_PER_CLOCK_CHECK: usize = 64;
+
 /// Nanoseconds since the epoch on `clock` (saturating).
 fn now_ns(clock: &dyn Clock) -> i64 {
     clock.now().timestamp_nanos_opt().unwrap_or(i64::MAX)
@@ -238,9 +241,15 @@ fn run(
             },
         };
         apply(&mut armed, command);
-        // Apply what else is queued before looking at the clock again.
-        while let Ok(command) = commands.try_recv() {
-            apply(&mut armed, command);
+        // Apply what else is queued before looking at the clock again, but
+        // a bounded batch: in a burst (each woken session disarms its
+        // wake-up, each suspend arms one) thousands can be queued, and
+        // applying them all first would hold back what is due meanwhile.
+        for _ in 0..COMMANDS_PER_CLOCK_CHECK {
+            match commands.try_recv() {
+                Ok(command) => apply(&mut armed, command),
+                Err(_) => break,
+            }
         }
     }
 }

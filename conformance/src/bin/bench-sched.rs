@@ -49,12 +49,14 @@
 //! * **fire** — berth's own `lateness_ms`: the scheduler task's clock reading
 //!   when it handed the wake-up out minus its due time, both truncated to
 //!   whole milliseconds (so ±1 ms of rounding).
-//! * **claim** — `resumed_at − due`: `resumed_at` is the session actor's
-//!   clock reading when it builds the claim, just before the claim's batch
-//!   (claim row, suspension removal, the fresh turn's start, the `resumed`
-//!   event) is committed and fsynced. It includes the fire lateness, the
-//!   hand-off from the scheduler to a spawned task, and the wait for the
-//!   session actor's mailbox; not the commit itself.
+//! * **claim** — `resumed_at − due`: `resumed_at` is the claim's time, the
+//!   claimer thread's clock reading when it builds the one-time claim, just
+//!   before the claim row is queued for commit (`berth_actors::claimer`;
+//!   the session actor then completes the resume: suspension removal, the
+//!   fresh turn's start, the `resumed` event). It includes the fire
+//!   lateness and the hand-off from the scheduler thread to the claimer
+//!   thread; not the claim's commit, nor the completion (both are in
+//!   **delivered**).
 //! * **client** — the benchmark's monotonic clock when it read the `resumed`
 //!   notification minus (the instant it wrote the suspend + T): the timer
 //!   as the client that asked for it sees it, suspend commit included.
@@ -690,7 +692,7 @@ impl WireReport {
         println!("{}", self.fire_to_claim.row("fire->claim"));
         println!(
             "  fire        = berth's lateness_ms (scheduler clock when handed out - due; whole ms)\n  \
-             claim       = resumed_at - due (session actor's clock as it builds the claim, before the commit)\n  \
+             claim       = resumed_at - due (the claimer thread's clock as it builds the claim, before its commit)\n  \
              delivered   = this process's clock reading the `resumed` notification - due\n  \
              client      = `resumed` read - (suspend written + timeout), this process's monotonic clock\n  \
              fire->claim = claim - fire (derived; +-1 ms)"
