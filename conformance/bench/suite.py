@@ -22,8 +22,11 @@ What is measured (every latency is nearest-rank p50/p99 over all samples):
   (berth: idle session suspended with ``resumeWhen.timeout``; Temporal: a
   workflow timer; Restate: ``ctx.sleep``). *Unit lateness*: the unit's own
   clock after the wake-up minus its clock at the park minus 1 s (berth:
-  ``resumed_at − (suspendedAt + 1 s)``; Temporal: ``workflow.now()``; Restate:
-  ``ctx.date.now()``). *Client lateness*: the client sees the unit awake
+  ``resumed_at − (suspendedAt + 1 s)``, where ``resumed_at`` is the time of
+  the one-time resume claim berth's claimer thread takes at the due time,
+  before the woken turn runs — when berth decided the wake-up, like
+  Temporal's timer-fired event; Temporal: ``workflow.now()``; Restate:
+  ``ctx.date.now()``, both when the unit's code runs again). *Client lateness*: the client sees the unit awake
   (berth: the ``resumed`` notification; peers: the result, which the unit
   returns right after waking) minus (request sent + 1 s). *Wall*: first
   request sent → last unit done (berth: the woken turn's ``turn_ended``, one
