@@ -629,9 +629,8 @@ fn usage_errors_exit_2_before_connecting() {
     let dir = tempfile::tempdir().unwrap();
     // `berth ctl ARGS --data-dir DIR`, no server or token from the
     // environment.
-    let ctl = |args: &[&str]| {
+    let berth = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("ctl")
             .args(args)
             .arg("--data-dir")
             .arg(dir.path())
@@ -639,8 +638,9 @@ fn usage_errors_exit_2_before_connecting() {
             .env_remove("BERTH_TOKEN")
             .stdin(Stdio::null())
             .output()
-            .expect("run berth ctl")
+            .expect("run berth")
     };
+    let ctl = |args: &[&str]| berth(&[&["ctl"], args].concat());
     for args in [
         vec!["suspend"],
         vec!["suspend", "--all", "--timeout", "1"],
@@ -672,15 +672,7 @@ fn usage_errors_exit_2_before_connecting() {
         vec!["event", "emit", "ci.passed", "--token", "t0ken"],
         vec!["schedule", "list", "--token", "t0ken"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .args(&args)
-            .arg("--data-dir")
-            .arg(dir.path())
-            .env_remove("BERTH_SERVER")
-            .env_remove("BERTH_TOKEN")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run berth");
+        let out = berth(&args);
         assert!(
             stderr(&out).contains("warning: --token"),
             "{args:?}: {}",

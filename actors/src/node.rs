@@ -147,6 +147,22 @@ pub struct NewSession {
     pub session_id: Option<SessionId>,
 }
 
+impl NewSession {
+    /// A session in `cwd` (absolute, an existing directory) with nothing
+    /// else: no additional directories, MCP servers, parent or labels, and a
+    /// generated id.
+    pub fn in_dir(cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            cwd: cwd.into(),
+            additional_directories: Vec::new(),
+            mcp_servers: Vec::new(),
+            parent_session_id: None,
+            labels: Vec::new(),
+            session_id: None,
+        }
+    }
+}
+
 /// How a prompt turn ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromptOutcome {

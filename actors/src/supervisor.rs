@@ -85,14 +85,7 @@ mod tests {
         .await
         .unwrap();
         let record = node
-            .new_session(NewSession {
-                cwd: dir.path().to_path_buf(),
-                additional_directories: vec![],
-                mcp_servers: vec![],
-                parent_session_id: None,
-                labels: vec![],
-                session_id: None,
-            })
+            .new_session(NewSession::in_dir(dir.path().to_path_buf()))
             .await
             .unwrap();
         let sid = record.session_id.clone();

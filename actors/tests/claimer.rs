@@ -43,14 +43,7 @@ fn config(data: &Path, clock: &Arc<ManualClock>) -> NodeConfig {
 /// returns it and its handle.
 async fn park(node: &Node, cwd: &Path) -> (SessionId, String) {
     let id = node
-        .new_session(NewSession {
-            cwd: cwd.to_path_buf(),
-            additional_directories: vec![],
-            mcp_servers: vec![],
-            parent_session_id: None,
-            labels: vec![],
-            session_id: None,
-        })
+        .new_session(NewSession::in_dir(cwd.to_path_buf()))
         .await
         .unwrap()
         .session_id;

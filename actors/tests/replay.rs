@@ -223,14 +223,7 @@ impl Harness {
     async fn session(&self) -> SessionId {
         let record = self
             .node
-            .new_session(NewSession {
-                cwd: self.cwd.clone(),
-                additional_directories: vec![],
-                mcp_servers: vec![],
-                parent_session_id: None,
-                labels: vec![],
-                session_id: None,
-            })
+            .new_session(NewSession::in_dir(self.cwd.clone()))
             .await
             .unwrap();
         let id = record.session_id;

@@ -197,17 +197,6 @@ mod tests {
         panic!("the parked session kept its actor");
     }
 
-    fn new_session(dir: &std::path::Path) -> NewSession {
-        NewSession {
-            cwd: dir.to_path_buf(),
-            additional_directories: vec![],
-            mcp_servers: vec![],
-            parent_session_id: None,
-            labels: vec![],
-            session_id: None,
-        }
-    }
-
     #[tokio::test]
     async fn past_the_live_cap_idle_sessions_give_up_their_actors_and_keep_working() {
         let dir = tempfile::tempdir().unwrap();
@@ -225,7 +214,7 @@ mod tests {
         let mut ids = Vec::new();
         for _ in 0..5 {
             let sid = node
-                .new_session(new_session(dir.path()))
+                .new_session(NewSession::in_dir(dir.path()))
                 .await
                 .unwrap()
                 .session_id;
@@ -302,7 +291,7 @@ mod tests {
         config.max_live_sessions = 0;
         let node = Node::start(config).await.unwrap();
         let sid = node
-            .new_session(new_session(dir.path()))
+            .new_session(NewSession::in_dir(dir.path()))
             .await
             .unwrap()
             .session_id;
@@ -358,14 +347,7 @@ mod tests {
         config.passivate_after_ms = 0;
         let node = Node::start(config).await.unwrap();
         let sid = node
-            .new_session(NewSession {
-                cwd: dir.path().to_path_buf(),
-                additional_directories: vec![],
-                mcp_servers: vec![],
-                parent_session_id: None,
-                labels: vec![],
-                session_id: None,
-            })
+            .new_session(NewSession::in_dir(dir.path().to_path_buf()))
             .await
             .unwrap()
             .session_id;

@@ -104,14 +104,7 @@ async fn record(
     config.receipt_keys = Some(keys.clone());
     let node = Node::start(config).await?;
     let session = node
-        .new_session(NewSession {
-            cwd: cwd.to_path_buf(),
-            additional_directories: vec![],
-            mcp_servers: vec![],
-            parent_session_id: None,
-            labels: vec![],
-            session_id: None,
-        })
+        .new_session(NewSession::in_dir(cwd.to_path_buf()))
         .await?
         .session_id;
     let mut turns = 0usize;
