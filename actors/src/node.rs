@@ -196,6 +196,22 @@ pub struct SuspendParams {
     pub require_running: bool,
 }
 
+impl SuspendParams {
+    /// A client's plain `session/suspend` by `actor`: `finish_step`, no
+    /// reason, no resume conditions (only an explicit resume wakes it), an
+    /// idle session parks too.
+    pub fn by_client(actor: impl Into<String>) -> Self {
+        Self {
+            mode: SuspendMode::FinishStep,
+            reason: None,
+            resume_when: None,
+            actor: actor.into(),
+            initiator: Initiator::Client,
+            require_running: false,
+        }
+    }
+}
+
 /// Which sessions `_berth/suspend_many` addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionSelector {

@@ -165,7 +165,7 @@ mod tests {
 
     use berth_runtime::event::SessionEvent;
     use berth_runtime::model::scripted::ScriptedModel;
-    use berth_runtime::suspension::{Initiator, ResumeCause, SuspendMode};
+    use berth_runtime::suspension::ResumeCause;
 
     use crate::node::{NewSession, ResumeParams, SuspendParams};
     use crate::watch::{SessionNotice, Watcher};
@@ -197,20 +197,31 @@ mod tests {
         panic!("the parked session kept its actor");
     }
 
+    /// A node on a fresh data dir whose model plays `script`, configured by
+    /// `configure`; the temporary directory doubles as the sessions' cwd.
+    async fn node_with(
+        script: &str,
+        configure: impl FnOnce(&mut NodeConfig),
+    ) -> (tempfile::TempDir, Node) {
+        let dir = tempfile::tempdir().unwrap();
+        let model = ScriptedModel::parse(script, "toml", "scripted:passivate").unwrap();
+        let mut config = NodeConfig::new(dir.path().join("data"), Arc::new(model));
+        configure(&mut config);
+        let node = Node::start(config).await.unwrap();
+        (dir, node)
+    }
+
     #[tokio::test]
     async fn past_the_live_cap_idle_sessions_give_up_their_actors_and_keep_working() {
-        let dir = tempfile::tempdir().unwrap();
-        let model = ScriptedModel::parse(
+        let (dir, node) = node_with(
             "[[rules]]\nmatch = \"hello\"\nsteps = [{ text = \"hi there\" }]\n",
-            "toml",
-            "scripted:cap",
+            |config| {
+                // Parked sessions would wait a minute: only the cap makes them go.
+                config.passivate_after_ms = 60_000;
+                config.max_live_sessions = 2;
+            },
         )
-        .unwrap();
-        let mut config = NodeConfig::new(dir.path().join("data"), Arc::new(model));
-        // Parked sessions would wait a minute: only the cap makes them go.
-        config.passivate_after_ms = 60_000;
-        config.max_live_sessions = 2;
-        let node = Node::start(config).await.unwrap();
+        .await;
         let mut ids = Vec::new();
         for _ in 0..5 {
             let sid = node
@@ -258,19 +269,9 @@ mod tests {
         node.prompt(&ids[3], berth_runtime::content::Prompt::text("hello"))
             .await
             .unwrap();
-        node.suspend(
-            &ids[3],
-            SuspendParams {
-                mode: SuspendMode::FinishStep,
-                reason: None,
-                resume_when: None,
-                actor: "test".into(),
-                initiator: Initiator::Client,
-                require_running: false,
-            },
-        )
-        .await
-        .unwrap();
+        node.suspend(&ids[3], SuspendParams::by_client("test"))
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(node.registry.get_live(&ids[3]).await.is_some());
     }
@@ -280,16 +281,11 @@ mod tests {
     /// the journal says what became of the message).
     #[tokio::test]
     async fn a_revoke_after_passivation_is_answered_from_the_journal() {
-        let dir = tempfile::tempdir().unwrap();
-        let model = ScriptedModel::parse(
+        let (dir, node) = node_with(
             "[[rules]]\nmatch = \"slow\"\nsteps = [{ delay_ms = 300 }, { text = \"a\" }, { tool_call = { name = \"read_file\", arguments = { path = \"/nonexistent\" } } }, { text = \"done\" }]\n",
-            "toml",
-            "scripted:revoke",
+            |config| config.max_live_sessions = 0,
         )
-        .unwrap();
-        let mut config = NodeConfig::new(dir.path().join("data"), Arc::new(model));
-        config.max_live_sessions = 0;
-        let node = Node::start(config).await.unwrap();
+        .await;
         let sid = node
             .new_session(NewSession::in_dir(dir.path()))
             .await
@@ -341,28 +337,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_parked_session_gives_up_its_actor_and_loses_no_control_or_watcher() {
-        let dir = tempfile::tempdir().unwrap();
-        let model = ScriptedModel::parse("", "toml", "scripted:passivate").unwrap();
-        let mut config = NodeConfig::new(dir.path().join("data"), Arc::new(model));
-        config.passivate_after_ms = 0;
-        let node = Node::start(config).await.unwrap();
+        let (dir, node) = node_with("", |config| config.passivate_after_ms = 0).await;
         let sid = node
             .new_session(NewSession::in_dir(dir.path().to_path_buf()))
             .await
             .unwrap()
             .session_id;
         let parked = node
-            .suspend(
-                &sid,
-                SuspendParams {
-                    mode: SuspendMode::FinishStep,
-                    reason: None,
-                    resume_when: None,
-                    actor: "test".into(),
-                    initiator: Initiator::Client,
-                    require_running: false,
-                },
-            )
+            .suspend(&sid, SuspendParams::by_client("test"))
             .await
             .unwrap();
         until_passivated(&node, &sid).await;
