@@ -42,6 +42,17 @@ fn config(data: &Path, clock: &Arc<ManualClock>) -> NodeConfig {
 /// Parks a new idle session with a one-minute `resume_with_input` timeout;
 /// returns it and its handle.
 async fn park(node: &Node, cwd: &Path) -> (SessionId, String) {
+    let (id, parked) = park_for(node, cwd, 1.0).await;
+    (id, parked.handle)
+}
+
+/// Parks a new idle session with a `resume_with_input` timeout of
+/// `minutes`.
+async fn park_for(
+    node: &Node,
+    cwd: &Path,
+    minutes: f64,
+) -> (SessionId, berth_actors::node::SuspendOutcome) {
     let id = node
         .new_session(NewSession::in_dir(cwd.to_path_buf()))
         .await
@@ -55,7 +66,7 @@ async fn park(node: &Node, cwd: &Path) -> (SessionId, String) {
                 reason: None,
                 resume_when: Some(ResumeConditions {
                     timeout: Some(ResumeTimeout {
-                        duration_minutes: 1.0,
+                        duration_minutes: minutes,
                         on_timeout: OnTimeout::ResumeWithInput,
                         input: Some(json!("go on")),
                     }),
@@ -68,7 +79,7 @@ async fn park(node: &Node, cwd: &Path) -> (SessionId, String) {
         )
         .await
         .unwrap();
-    (id, parked.handle)
+    (id, parked)
 }
 
 /// The claim the claimer takes when the timeout fires.
@@ -219,4 +230,87 @@ fn a_claim_cut_off_by_a_crash_is_completed_once_at_the_next_start() {
         assert!(node.journal().wakeup(&id).unwrap().is_none());
         node.shutdown().await;
     });
+}
+
+/// Closes and resumes sent around the due time race the claimer's claim:
+/// whichever is committed first wins, and the other is answered as if it
+/// came after — a close that lost stops the resumed turn and still closes,
+/// a resume that lost gets `already_resumed` — never a storage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controls_racing_a_wake_up_get_typed_answers_and_take_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:claimer").unwrap();
+    let node = Node::start(NodeConfig::new(dir.path().join("data"), Arc::new(model)))
+        .await
+        .unwrap();
+    let mut parked = Vec::new();
+    for _ in 0..120 {
+        parked.push(park_for(&node, dir.path(), 0.004).await);
+    }
+    let races = parked.iter().enumerate().map(|(i, (id, outcome))| {
+        let (node, id, handle) = (node.clone(), id.clone(), outcome.handle.clone());
+        // 240 ms after the suspension, give or take 4 ms.
+        let due = outcome.suspended_at + chrono::Duration::milliseconds(236 + (i % 9) as i64);
+        tokio::spawn(async move {
+            let wait = (due - Utc::now()).to_std().unwrap_or_default();
+            tokio::time::sleep(wait).await;
+            if i % 2 == 0 {
+                (
+                    id.clone(),
+                    "close",
+                    node.close(&id, "client").await.map(|_| ()),
+                )
+            } else {
+                let resumed = node
+                    .resume(
+                        &id,
+                        ResumeParams {
+                            handle: Some(handle),
+                            input: Some(json!("go on")),
+                            continue_transcript: true,
+                            cause: ResumeCause::ExplicitResume,
+                            actor: "client".into(),
+                            lateness_ms: None,
+                            message_id: None,
+                            trigger: None,
+                        },
+                    )
+                    .await;
+                (id, "resume", resumed.map(|_| ()))
+            }
+        })
+    });
+    for race in futures::future::join_all(races).await {
+        let (id, what, answer) = race.unwrap();
+        match (what, &answer) {
+            ("close", Ok(())) | ("resume", Ok(())) => {}
+            ("resume", Err(ControlError::ResumeConflict { .. })) => {}
+            _ => panic!("{what} on {id}: {answer:?}"),
+        }
+        if what == "close" {
+            let record = node.journal().session(&id).unwrap().unwrap();
+            assert!(
+                record.closed_at.is_some(),
+                "{id}: the close was answered but not made"
+            );
+        }
+    }
+    // Each suspension ended exactly once: resumed, or cancelled by the close.
+    for (id, _) in &parked {
+        let events = node.journal().events(id, 0).unwrap();
+        let resumed = events
+            .iter()
+            .filter(|(_, r)| matches!(r.event, SessionEvent::Resumed { .. }))
+            .count();
+        let cancelled = events
+            .iter()
+            .filter(|(_, r)| matches!(r.event, SessionEvent::SuspensionCancelled { .. }))
+            .count();
+        assert_eq!(
+            resumed + cancelled,
+            1,
+            "{id}: {resumed} resumed, {cancelled} cancelled"
+        );
+    }
+    node.shutdown().await;
 }

@@ -550,7 +550,7 @@ impl SessionActor {
                 Ok(())
             }
             SessionMsg::Cancel { actor, reply } => {
-                let _ = reply.send(lifecycle::cancel::cancel(state, &actor).await);
+                let _ = reply.send(lifecycle::cancel::cancel(&myself, state, &actor).await);
                 Ok(())
             }
             SessionMsg::Inject {

@@ -4,8 +4,10 @@ use berth_runtime::event::ControlStatus;
 use berth_runtime::terminal::{Terminal, TerminalKind};
 use serde_json::json;
 
+use ractor::ActorRef;
+
 use super::super::receipt::receipt;
-use super::super::SessionState;
+use super::super::{SessionMsg, SessionState};
 use crate::error::ControlError;
 use crate::node::CancelStatus;
 
@@ -20,9 +22,24 @@ use crate::node::CancelStatus;
 /// [`ControlError::Storage`] when the receipt cannot be journaled; the stop
 /// itself has then still been requested (a stop is never held back).
 pub(crate) async fn cancel(
+    myself: &ActorRef<SessionMsg>,
     state: &mut SessionState,
     actor: &str,
 ) -> Result<CancelStatus, ControlError> {
+    match cancel_once(state, actor).await {
+        // A wake-up's claim landed first: the session is resuming. That
+        // resume is completed, and the cancel stops the turn it started.
+        Err(e) if super::resume::lost_to_a_claim(&e) => {
+            if let Some(Err(e)) = super::resume::settle_claimed(myself, state).await {
+                return Err(e);
+            }
+            cancel_once(state, actor).await
+        }
+        other => other,
+    }
+}
+
+async fn cancel_once(state: &mut SessionState, actor: &str) -> Result<CancelStatus, ControlError> {
     let first = state.turn.as_ref().is_some_and(|turn| {
         turn.control.stop(Terminal::new(
             TerminalKind::UserCancelled,

@@ -57,12 +57,59 @@ pub(crate) async fn close(
 /// behind the close are answered the session is dropped from memory. It stays
 /// readable by `session/load` (which rehydrates it, read-only).
 ///
+/// A wake-up's claim that lands first (the session is resuming) is
+/// completed, and the close then stops the turn it started, as a close of a
+/// running session does.
+///
 /// # Errors
 /// A journal failure is answered to the waiting closes and fails the actor.
 pub(crate) async fn finalize(
     myself: &ActorRef<SessionMsg>,
     state: &mut SessionState,
 ) -> Result<(), ActorProcessingErr> {
+    match finalize_once(myself, state).await {
+        Err(e) if super::resume::lost_to_a_claim(&e) => {
+            if let Some(Err(e)) = super::resume::settle_claimed(myself, state).await {
+                tracing::warn!(session_id = %state.record.session_id, error = %e, "a close lost to a wake-up whose resume could not be completed");
+            }
+            if let Some(turn) = &state.turn {
+                turn.control.stop(Terminal::new(
+                    TerminalKind::SessionClosed,
+                    "a client sent session/close",
+                ));
+                state.processes.kill_all();
+                return Ok(()); // finalized by prompt::finish once the turn is sealed
+            }
+            let again = finalize_once(myself, state).await;
+            answer(state, again)
+        }
+        result => answer(state, result),
+    }
+}
+
+/// Answers the waiting closes with a failed close's error (which then fails
+/// the actor); a close that landed has answered them already.
+fn answer(
+    state: &mut SessionState,
+    result: Result<(), ControlError>,
+) -> Result<(), ActorProcessingErr> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            for (_, reply) in std::mem::take(&mut state.pending_close) {
+                let _ = reply.send(Err(e.clone()));
+            }
+            Err(Box::new(e))
+        }
+    }
+}
+
+/// One attempt at the close's write. On failure the waiting closes are put
+/// back, unanswered.
+async fn finalize_once(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+) -> Result<(), ControlError> {
     state.processes.kill_all();
     let now = state.env.config.clock.now();
     let mut record = state.record.clone();
@@ -125,10 +172,8 @@ pub(crate) async fn finalize(
             Ok(())
         }
         Err(e) => {
-            for (_, reply) in pending {
-                let _ = reply.send(Err(e.clone()));
-            }
-            Err(Box::new(e))
+            state.pending_close = pending;
+            Err(e)
         }
     }
 }

@@ -49,9 +49,36 @@ pub(crate) async fn resume(
     params: ResumeParams,
     reply: RpcReplyPort<Result<ResumeOutcome, ControlError>>,
 ) -> Result<(), ActorProcessingErr> {
-    let answer = claim(myself, state, params).await;
+    let answer = match claim(myself, state, params.clone()).await {
+        // A wake-up's claim landed between this resume's check and its
+        // commit: that resume is completed, and this one is answered
+        // against the resumed session, as if it had come after.
+        Err(e) if lost_to_a_claim_on_commit(state, &e) => {
+            if let Some(Err(e)) = settle_claimed(myself, state).await {
+                tracing::warn!(session_id = %state.record.session_id, error = %e, "a resume lost to a wake-up whose resume could not be completed");
+            }
+            claim(myself, state, params).await
+        }
+        other => other,
+    };
     let _ = reply.send(answer);
     Ok(())
+}
+
+/// A claim refused at commit: `already_resumed` naming a claim on the
+/// suspension the session still holds (a refusal found before the commit
+/// names a handle that is no longer the session's, and was journaled).
+fn lost_to_a_claim_on_commit(state: &SessionState, error: &ControlError) -> bool {
+    match (error, &state.suspension) {
+        (
+            ControlError::ResumeConflict {
+                reason: ResumeConflict::AlreadyResumed { claim },
+                ..
+            },
+            Some(suspension),
+        ) => claim.handle == suspension.handle,
+        _ => false,
+    }
 }
 
 async fn claim(
@@ -69,6 +96,17 @@ async fn claim(
     wake(myself, state, params, suspension, None)
         .instrument(span)
         .await
+}
+
+/// Whether a control's write lost to a claim on the session's suspension:
+/// the claimer's claim landed after the control's check and before its
+/// commit. The caller completes that resume ([`settle_claimed`]) and applies
+/// the control to what it started.
+pub(crate) fn lost_to_a_claim(error: &ControlError) -> bool {
+    matches!(
+        error,
+        ControlError::Storage(StorageError::AlreadyClaimed { .. })
+    )
 }
 
 /// Phase 2 of a wake-up's resume (see [`crate::claimer`]): when the
