@@ -46,6 +46,10 @@ steps = [
 ]
 
 [[rules]]
+match = "stall before answering"
+steps = [ { delay_ms = 60000 }, { text = "Too late." } ]
+
+[[rules]]
 match = "prefer the smaller fix"
 steps = [ { text = "Did the smaller fix instead." } ]
 
@@ -957,6 +961,61 @@ fn approvals_and_a_budget_suspension_replay() {
         events_of(&report)
     );
     assert_replays(&report, 3);
+}
+
+/// A turn berth stopped under before its first model call answered has no
+/// tape at all (the tape is written with what the turn journals); replay
+/// stops there and says so, as for any run a crash cut, rather than
+/// failing as if the journal came from a berth without replay recording.
+#[test]
+fn a_turn_cut_before_its_first_model_answer_replays_up_to_the_crash() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (h, id) = rt.block_on(async {
+        let h = Harness::start().await;
+        let id = h.session().await;
+        h.prompt(&id, "hello").await.unwrap();
+        let _turn = h.prompt(&id, "stall before answering");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (h, id)
+    });
+    let Harness {
+        _dir,
+        data,
+        cwd,
+        keys,
+        node,
+        ..
+    } = h;
+    drop(node);
+    drop(rt);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:replay-test").unwrap();
+        let mut config = NodeConfig::new(&data, Arc::new(model) as Arc<dyn ModelProvider>);
+        config.receipt_keys = Some(keys.clone());
+        let node = Node::start(config).await.unwrap();
+        node.prompt(&id, Prompt::text("hello again")).await.unwrap();
+        node.shutdown().await;
+    });
+    drop(rt);
+    let stopped = Stopped {
+        _dir,
+        journal: data.join("journal.redb"),
+        keys,
+        cwd,
+    };
+    let report = stopped.replay(&id, true).unwrap();
+    let cut = report.cut_short.clone().expect("cut short");
+    assert_eq!(report.runs.len(), 1, "{}", events_of(&report));
+    assert_ne!(cut.turn_id, report.runs[0].turn_id);
 }
 
 /// A turn berth stopped under (its runtime dropped mid-turn, as a crash) is

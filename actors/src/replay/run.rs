@@ -182,6 +182,16 @@ impl Walk<'_> {
             tape.extend(rows[exit_index].rec.tape.clone());
         }
         let Some(config) = tape.config.clone() else {
+            if recovered {
+                // Cut by a crash before anything of it was taped (its first
+                // model call had not answered): replay stops here and says
+                // so, as for any run a crash cut.
+                self.report.cut_short = Some(CutShort {
+                    turn_id: turn_id.clone(),
+                    seq: rows[start].seq,
+                });
+                return Ok(rows.len());
+            }
             return Err(self.not_replayable(
                 start,
                 format!("turn {turn_id} carries no replay tape: it was journaled by a berth from before replay recording"),
