@@ -94,6 +94,20 @@ fn scheduler_claim(id: &SessionId, handle: &str, at_ms: i64) -> ResumeClaim {
     }
 }
 
+/// A client's `session/resume` of `handle` with `input`.
+fn client_resume(handle: &str, input: &str) -> ResumeParams {
+    ResumeParams {
+        handle: Some(handle.to_owned()),
+        input: Some(json!(input)),
+        continue_transcript: true,
+        cause: ResumeCause::ExplicitResume,
+        actor: "client".into(),
+        lateness_ms: None,
+        message_id: None,
+        trigger: None,
+    }
+}
+
 /// The session's `resumed` events: (resumedAt, cause, lateness ms).
 fn resumes(node: &Node, id: &SessionId) -> Vec<(DateTime<Utc>, ResumeCause, Option<u64>)> {
     node.journal()
@@ -142,21 +156,7 @@ async fn a_claimed_resume_is_completed_before_the_next_control() {
         .await
         .unwrap();
     clock.advance_ms(60_500);
-    let late = node
-        .resume(
-            &id,
-            ResumeParams {
-                handle: Some(handle.clone()),
-                input: Some(json!("me first")),
-                continue_transcript: true,
-                cause: ResumeCause::ExplicitResume,
-                actor: "client".into(),
-                lateness_ms: None,
-                message_id: None,
-                trigger: None,
-            },
-        )
-        .await;
+    let late = node.resume(&id, client_resume(&handle, "me first")).await;
     match late {
         Err(ControlError::ResumeConflict { reason, .. }) => {
             let text = format!("{reason:?}");
@@ -261,21 +261,7 @@ async fn controls_racing_a_wake_up_get_typed_answers_and_take_effect() {
                     node.close(&id, "client").await.map(|_| ()),
                 )
             } else {
-                let resumed = node
-                    .resume(
-                        &id,
-                        ResumeParams {
-                            handle: Some(handle),
-                            input: Some(json!("go on")),
-                            continue_transcript: true,
-                            cause: ResumeCause::ExplicitResume,
-                            actor: "client".into(),
-                            lateness_ms: None,
-                            message_id: None,
-                            trigger: None,
-                        },
-                    )
-                    .await;
+                let resumed = node.resume(&id, client_resume(&handle, "go on")).await;
                 (id, "resume", resumed.map(|_| ()))
             }
         })

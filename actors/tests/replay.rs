@@ -963,23 +963,36 @@ fn approvals_and_a_budget_suspension_replay() {
     assert_replays(&report, 3);
 }
 
-/// A turn berth stopped under before its first model call answered has no
-/// tape at all (the tape is written with what the turn journals); replay
-/// stops there and says so, as for any run a crash cut, rather than
-/// failing as if the journal came from a berth without replay recording.
-#[test]
-fn a_turn_cut_before_its_first_model_answer_replays_up_to_the_crash() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+/// How the turn a crash cuts is known to be running.
+enum Running {
+    /// Its tool call whose command contains this is running.
+    Tool(&'static str),
+    /// It was prompted this long ago.
+    After(Duration),
+}
+
+/// Prompts "hello", then `stalling` (a turn still running once `running`
+/// holds), and drops the node's runtime mid-turn, as a crash. The next
+/// start seals that turn (`process_restarted`) and the session goes on with
+/// "hello again". Returns the stopped journal.
+fn crash_mid_turn(stalling: &'static str, running: Running) -> (Stopped, SessionId) {
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let rt = runtime();
     let (h, id) = rt.block_on(async {
         let h = Harness::start().await;
         let id = h.session().await;
         h.prompt(&id, "hello").await.unwrap();
-        let _turn = h.prompt(&id, "stall before answering");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _turn = h.prompt(&id, stalling);
+        match running {
+            Running::Tool(command) => h.wait_running(command).await,
+            Running::After(wait) => tokio::time::sleep(wait).await,
+        }
         (h, id)
     });
     let Harness {
@@ -992,11 +1005,7 @@ fn a_turn_cut_before_its_first_model_answer_replays_up_to_the_crash() {
     } = h;
     drop(node);
     drop(rt);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async {
         let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:replay-test").unwrap();
         let mut config = NodeConfig::new(&data, Arc::new(model) as Arc<dyn ModelProvider>);
@@ -1012,6 +1021,19 @@ fn a_turn_cut_before_its_first_model_answer_replays_up_to_the_crash() {
         keys,
         cwd,
     };
+    (stopped, id)
+}
+
+/// A turn berth stopped under before its first model call answered has no
+/// tape at all (the tape is written with what the turn journals); replay
+/// stops there and says so, as for any run a crash cut, rather than
+/// failing as if the journal came from a berth without replay recording.
+#[test]
+fn a_turn_cut_before_its_first_model_answer_replays_up_to_the_crash() {
+    let (stopped, id) = crash_mid_turn(
+        "stall before answering",
+        Running::After(Duration::from_millis(300)),
+    );
     let report = stopped.replay(&id, true).unwrap();
     let cut = report.cut_short.clone().expect("cut short");
     assert_eq!(report.runs.len(), 1, "{}", events_of(&report));
@@ -1024,51 +1046,7 @@ fn a_turn_cut_before_its_first_model_answer_replays_up_to_the_crash() {
 /// stopped.
 #[test]
 fn a_turn_cut_short_by_a_crash_replays_up_to_the_crash() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (h, id) = rt.block_on(async {
-        let h = Harness::start().await;
-        let id = h.session().await;
-        h.prompt(&id, "hello").await.unwrap();
-        let _turn = h.prompt(&id, "do the big fix");
-        h.wait_running("release").await;
-        (h, id)
-    });
-    let Harness {
-        _dir,
-        data,
-        cwd,
-        keys,
-        node,
-        ..
-    } = h;
-    drop(node);
-    drop(rt);
-    // The next start seals the turn (`process_restarted`), and the session
-    // goes on.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:replay-test").unwrap();
-        let mut config = NodeConfig::new(&data, Arc::new(model) as Arc<dyn ModelProvider>);
-        config.receipt_keys = Some(keys.clone());
-        let node = Node::start(config).await.unwrap();
-        node.prompt(&id, Prompt::text("hello again")).await.unwrap();
-        node.shutdown().await;
-    });
-    drop(rt);
-    let stopped = Stopped {
-        _dir,
-        journal: data.join("journal.redb"),
-        keys,
-        cwd,
-    };
+    let (stopped, id) = crash_mid_turn("do the big fix", Running::Tool("release"));
     let report = stopped.replay(&id, true).unwrap();
     let cut = report.cut_short.clone().expect("cut short");
     assert_eq!(report.runs.len(), 1, "{}", events_of(&report));

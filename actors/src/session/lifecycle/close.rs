@@ -40,15 +40,25 @@ pub(crate) async fn close(
         return Ok(());
     }
     state.pending_close.push((actor, reply));
-    if let Some(turn) = &state.turn {
-        turn.control.stop(Terminal::new(
-            TerminalKind::SessionClosed,
-            "a client sent session/close",
-        ));
-        state.processes.kill_all();
+    if stop_running_turn(state) {
         return Ok(()); // finalized by prompt::finish once the turn is sealed
     }
     finalize(myself, state).await
+}
+
+/// Stops the running turn, if any, for the close (terminal
+/// `session_closed`) and kills the session's processes; whether there was
+/// one.
+fn stop_running_turn(state: &SessionState) -> bool {
+    let Some(turn) = &state.turn else {
+        return false;
+    };
+    turn.control.stop(Terminal::new(
+        TerminalKind::SessionClosed,
+        "a client sent session/close",
+    ));
+    state.processes.kill_all();
+    true
 }
 
 /// Records the close durably (`session_closed` event, `closed_at`, one
@@ -72,12 +82,7 @@ pub(crate) async fn finalize(
             if let Some(Err(e)) = super::resume::settle_claimed(myself, state).await {
                 tracing::warn!(session_id = %state.record.session_id, error = %e, "a close lost to a wake-up whose resume could not be completed");
             }
-            if let Some(turn) = &state.turn {
-                turn.control.stop(Terminal::new(
-                    TerminalKind::SessionClosed,
-                    "a client sent session/close",
-                ));
-                state.processes.kill_all();
+            if stop_running_turn(state) {
                 return Ok(()); // finalized by prompt::finish once the turn is sealed
             }
             let again = finalize_once(myself, state).await;
