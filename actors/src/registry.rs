@@ -101,14 +101,15 @@ impl Registry {
     }
 
     async fn spawn(&self, id: &SessionId) -> Result<ActorRef<SessionMsg>, ControlError> {
-        if self.env.journal.session(id)?.is_none() {
+        let Some(record) = self.env.journal.session(id)? else {
             return Err(ControlError::UnknownSession {
                 session_id: id.clone(),
             });
-        }
+        };
         let args = SessionArgs {
             env: Arc::clone(&self.env),
             session_id: id.clone(),
+            record: Some(record),
         };
         let spawned = match self.supervisor.get() {
             Some(sup) => Actor::spawn_linked(None, SessionActor, args, sup.clone()).await,

@@ -383,6 +383,9 @@ pub struct SessionArgs {
     pub env: Arc<SessionEnv>,
     /// The session to rehydrate.
     pub session_id: SessionId,
+    /// Its record, when the caller has just read it from the journal (the
+    /// registry does, to tell an unknown session apart): saves a read.
+    pub record: Option<SessionRecord>,
 }
 
 /// The session actor (stateless behaviour; the state is [`SessionState`]).
@@ -402,10 +405,13 @@ impl Actor for SessionActor {
         args: SessionArgs,
     ) -> Result<SessionState, ActorProcessingErr> {
         let journal = &args.env.journal;
-        let record = journal
-            .session(&args.session_id)?
-            .ok_or_else(|| format!("session {} is not in the journal", args.session_id))?;
-        settle_open_turn(
+        let record = match args.record {
+            Some(record) => record,
+            None => journal
+                .session(&args.session_id)?
+                .ok_or_else(|| format!("session {} is not in the journal", args.session_id))?,
+        };
+        let settled = settle_open_turn(
             &args.env,
             &args.session_id,
             berth_runtime::terminal::Terminal::new(
@@ -414,7 +420,11 @@ impl Actor for SessionActor {
             ),
         )
         .await?;
-        let record = journal.session(&args.session_id)?.unwrap_or(record);
+        // Settling a turn moved the record on (its checkpoint head).
+        let record = match settled {
+            true => journal.session(&args.session_id)?.unwrap_or(record),
+            false => record,
+        };
         let suspension = journal.suspension(&args.session_id)?;
         let transcript = Transcript::from_messages(journal.transcript(&args.session_id)?);
         let last = journal.last_event_id(&args.session_id)?;

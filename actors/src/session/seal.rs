@@ -257,7 +257,8 @@ pub(crate) fn seal_parked(
 /// and nothing that ran is run again. Any other open turn is sealed with
 /// `terminal` ([`seal_open_turn`]).
 ///
-/// **Durable on return.**
+/// **Durable on return.** `true` when there was an open turn to settle
+/// (the session's record changed).
 ///
 /// # Errors
 /// [`StorageError`]; nothing changed.
@@ -265,13 +266,13 @@ pub async fn settle_open_turn(
     env: &SessionEnv,
     session_id: &SessionId,
     terminal: Terminal,
-) -> Result<(), StorageError> {
+) -> Result<bool, StorageError> {
     let journal = &env.journal;
     let Some(open) = journal.open_turn(session_id)? else {
-        return Ok(());
+        return Ok(false);
     };
     let Some(record) = journal.session(session_id)? else {
-        return Ok(());
+        return Ok(false);
     };
     let frame = journal
         .frame(session_id)?
@@ -288,9 +289,10 @@ pub async fn settle_open_turn(
         record.suspend_request.is_some() || frame.as_ref().is_some_and(|(f, _)| f.park().is_some());
     if !parking {
         seal_open_turn(env, session_id, terminal).await?;
-        return Ok(());
+        return Ok(true);
     }
-    recover_suspension(env, record, open, frame, &turn_events).await
+    recover_suspension(env, record, open, frame, &turn_events).await?;
+    Ok(true)
 }
 
 /// Completes the suspension of a turn that was parking when berth stopped:
