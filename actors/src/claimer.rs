@@ -41,6 +41,7 @@ use berth_runtime::receipt::TriggerMatch;
 use berth_runtime::suspension::{DueKind, OnTimeout, ResumeCause, ResumeClaim, ResumeClaimKind};
 use berth_scheduler::{Fired, Firing};
 use berth_storage::{Batch, StorageError};
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -66,8 +67,15 @@ pub(crate) enum Job {
     /// A wake-up whose timeout fails the suspension (`onTimeout: fail`):
     /// the session actor decides it in one phase.
     Fail(Firing),
-    /// A standing schedule's run.
-    Schedule(Fired),
+    /// A standing schedule's run (as [`Fired::Schedule`]).
+    Schedule {
+        /// The schedule.
+        schedule_id: String,
+        /// When the run was due.
+        due: DateTime<Utc>,
+        /// How late it fires (ms).
+        lateness_ms: u64,
+    },
 }
 
 /// What a due wake-up resumes with, or `None` for `onTimeout: fail`: a
@@ -137,7 +145,15 @@ pub(crate) fn start(
                             None => continue,
                         }
                     }
-                    schedule @ Fired::Schedule { .. } => Job::Schedule(schedule),
+                    Fired::Schedule {
+                        schedule_id,
+                        due,
+                        lateness_ms,
+                    } => Job::Schedule {
+                        schedule_id,
+                        due,
+                        lateness_ms,
+                    },
                 };
                 if jobs.send(job).is_err() {
                     return;

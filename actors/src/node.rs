@@ -21,7 +21,7 @@ use berth_runtime::suspension::{
 };
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind};
 use berth_runtime::tools::ProcessLedger;
-use berth_scheduler::{Entry, Fired, Firing, Scheduler};
+use berth_scheduler::{Entry, Firing, Scheduler};
 use berth_storage::{Batch, Journal, JournalOptions, SessionRecord};
 use chrono::{DateTime, Utc};
 use ractor::rpc::CallResult;
@@ -31,7 +31,7 @@ use serde_json::Value;
 
 use crate::claimer::Job;
 use crate::config::NodeConfig;
-use crate::error::{ControlError, ResumeConflict};
+use crate::error::ControlError;
 use crate::registry::Registry;
 use crate::session::{settle_open_turn, AttachOutcome, Replay, SessionEnv, SessionMsg};
 use crate::supervisor::Supervisor;
@@ -701,12 +701,11 @@ impl Node {
                             node.complete_claim(firing, claim, ack).await;
                         }
                         Job::Fail(firing) => node.fail_due(firing).await,
-                        Job::Schedule(Fired::Schedule {
+                        Job::Schedule {
                             schedule_id,
                             due,
                             lateness_ms,
-                        }) => node.run_schedule(&schedule_id, due, lateness_ms).await,
-                        Job::Schedule(Fired::Wakeup(_)) => {}
+                        } => node.run_schedule(&schedule_id, due, lateness_ms).await,
                     }
                 });
             }
@@ -739,14 +738,9 @@ impl Node {
             .and_then(|r| r);
         match result {
             Ok(Some(_)) => log_firing(&firing, Ok(())),
-            Ok(None) => log_firing(
-                &firing,
-                Err(ControlError::ResumeConflict {
-                    session_id: session_id.clone(),
-                    handle: Some(claim.handle.clone()),
-                    reason: ResumeConflict::NotSuspended,
-                }),
-            ),
+            Ok(None) => {
+                tracing::info!(%session_id, handle = %claim.handle, "wake-up fired; a client's resume had won the claim")
+            }
             Err(e) => log_firing(&firing, Err(e)),
         }
     }

@@ -236,12 +236,7 @@ impl Journal {
             return Ok(Vec::new());
         }
         let (ack, done) = oneshot::channel();
-        let sender = self
-            .writer
-            .sender
-            .as_ref()
-            .ok_or(StorageError::WriterStopped)?;
-        sender
+        self.sender()?
             .send(Request { batch, ack })
             .await
             .map_err(|_| StorageError::WriterStopped)?;
@@ -264,13 +259,18 @@ impl Journal {
         batch: Batch,
     ) -> Result<oneshot::Receiver<Result<Vec<EventId>, StorageError>>, StorageError> {
         let (ack, done) = oneshot::channel();
-        self.writer
-            .sender
-            .as_ref()
-            .ok_or(StorageError::WriterStopped)?
+        self.sender()?
             .blocking_send(Request { batch, ack })
             .map_err(|_| StorageError::WriterStopped)?;
         Ok(done)
+    }
+
+    /// The writer's queue, unless the writer was stopped.
+    fn sender(&self) -> Result<&mpsc::Sender<Request>, StorageError> {
+        self.writer
+            .sender
+            .as_ref()
+            .ok_or(StorageError::WriterStopped)
     }
 
     fn get<T: DeserializeOwned>(

@@ -421,9 +421,10 @@ impl Actor for SessionActor {
         )
         .await?;
         // Settling a turn moved the record on (its checkpoint head).
-        let record = match settled {
-            true => journal.session(&args.session_id)?.unwrap_or(record),
-            false => record,
+        let record = if settled {
+            journal.session(&args.session_id)?.unwrap_or(record)
+        } else {
+            record
         };
         let suspension = journal.suspension(&args.session_id)?;
         let transcript = Transcript::from_messages(journal.transcript(&args.session_id)?);
@@ -469,19 +470,17 @@ impl Actor for SessionActor {
         }
         let handled = self.dispatch(&myself, msg, state).await;
         // Handled in order: the passivation runs after whatever is queued now.
-        if !state.passivation_asked {
-            match passivate::passivate_in_ms(state) {
-                None => {}
-                Some(0) => {
-                    state.passivation_asked = true;
-                    let _ = myself.send_message(SessionMsg::Passivate);
-                }
-                Some(ms) => {
-                    state.passivation_asked = true;
-                    myself.send_after(std::time::Duration::from_millis(ms), || {
-                        SessionMsg::Passivate
-                    });
-                }
+        let due = (!state.passivation_asked)
+            .then(|| passivate::passivate_in_ms(state))
+            .flatten();
+        if let Some(ms) = due {
+            state.passivation_asked = true;
+            if ms == 0 {
+                let _ = myself.send_message(SessionMsg::Passivate);
+            } else {
+                myself.send_after(std::time::Duration::from_millis(ms), || {
+                    SessionMsg::Passivate
+                });
             }
         }
         handled

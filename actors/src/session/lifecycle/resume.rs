@@ -560,7 +560,7 @@ pub(crate) async fn fail(
     let Some((batch, mut events, appended)) = super::suspend::cancel_suspension(
         state,
         &mut record,
-        "scheduler",
+        crate::claimer::SCHEDULER,
         ResumeClaimKind::Failed,
         Terminal::new(TerminalKind::SuspensionTimeout, reason.clone()),
         &reason,
@@ -571,7 +571,7 @@ pub(crate) async fn fail(
     events.push(receipt(
         state,
         "session/resume",
-        "scheduler",
+        crate::claimer::SCHEDULER,
         ControlStatus::Accepted,
         "failed",
         json!({"sessionId": session_id, "handle": handle}),
