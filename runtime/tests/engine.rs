@@ -379,3 +379,125 @@ async fn provider_and_journal_failures_are_typed_terminals() {
         "nothing runs after the journal refused a write"
     );
 }
+
+/// Logs every sink call in order, holding what the engine offers to hold.
+#[derive(Default)]
+struct Ledger(Mutex<Vec<String>>);
+
+impl Ledger {
+    fn log(&self, entry: String) {
+        self.0.lock().unwrap().push(entry);
+    }
+}
+
+#[async_trait]
+impl TurnSink for Ledger {
+    async fn emit(&self, event: SessionEvent) -> Result<(), SinkError> {
+        self.log(format!("emit {}", event.type_name()));
+        Ok(())
+    }
+
+    async fn emit_with_next_write(&self, event: SessionEvent) -> Result<(), SinkError> {
+        self.log(format!("hold {}", event.type_name()));
+        Ok(())
+    }
+
+    async fn flush(&self) -> Result<(), SinkError> {
+        self.log("flush".into());
+        Ok(())
+    }
+
+    async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError> {
+        self.log(format!("checkpoint {:?}", frame.phase));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_completed_answer_is_held_for_the_next_write_and_flushed_before_the_next_model_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Ledger::default();
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        run_turn(
+            &spec(dir.path(), "please write", 10),
+            &deps(scripted()),
+            &sink,
+        ),
+    )
+    .await
+    .expect("turn hung")
+    .ended()
+    .expect("the turn suspended");
+    assert_eq!(out.terminal.kind, TerminalKind::Completed);
+    // The scripted model answers at once, so each answer's deltas are held:
+    // the thought rides on the tool batch's announcement, the final text on
+    // the turn's exit (nothing emits it here), and every model call starts
+    // with a flush.
+    assert_eq!(
+        *sink.0.lock().unwrap(),
+        [
+            "flush",
+            "hold agent_thought_chunk",
+            "emit tool_call",
+            "checkpoint Tools",
+            "emit tool_call_update",
+            "emit tool_call_update",
+            "checkpoint Provider",
+            "flush",
+            "hold agent_message_chunk",
+        ]
+    );
+}
+
+/// A model whose answer streams before it completes.
+#[derive(Debug)]
+struct SlowAnswer;
+
+#[async_trait]
+impl ModelProvider for SlowAnswer {
+    fn name(&self) -> &str {
+        "slow-answer"
+    }
+    async fn complete(
+        &self,
+        _req: &ModelRequest,
+        deltas: mpsc::UnboundedSender<ModelDelta>,
+    ) -> Result<ModelResponse, ModelError> {
+        let _ = deltas.send(ModelDelta::Text("hel".into()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _ = deltas.send(ModelDelta::Text("lo".into()));
+        Ok(ModelResponse {
+            text: "hello".into(),
+            tool_calls: vec![],
+            stop: ModelStop::EndTurn,
+            usage: Usage::default(),
+        })
+    }
+}
+
+#[tokio::test]
+async fn what_streams_while_the_model_still_answers_is_emitted_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Ledger::default();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        run_turn(
+            &spec(dir.path(), "hi", 10),
+            &deps(Arc::new(SlowAnswer)),
+            &sink,
+        ),
+    )
+    .await
+    .expect("turn hung")
+    .ended()
+    .expect("the turn suspended");
+    assert_eq!(
+        *sink.0.lock().unwrap(),
+        [
+            "flush",
+            "emit agent_message_chunk",
+            "hold agent_message_chunk"
+        ]
+    );
+}

@@ -279,9 +279,9 @@ pub enum SessionMsg {
         turn_id: TurnId,
         /// How it left.
         exit: Box<TurnExit>,
-        /// What the run consumed after its last journaled event (replay
-        /// tape), for its exit batch.
-        tape: Box<berth_runtime::tape::Tape>,
+        /// What the run consumed (replay tape) or held after its last
+        /// write, for its exit batch.
+        leftover: Box<sink::Leftover>,
     },
 }
 
@@ -509,8 +509,8 @@ impl SessionActor {
             SessionMsg::TurnFinished {
                 turn_id,
                 exit,
-                tape,
-            } => lifecycle::prompt::finish(&myself, state, turn_id, *exit, *tape).await,
+                leftover,
+            } => lifecycle::prompt::finish(&myself, state, turn_id, *exit, *leftover).await,
             SessionMsg::Suspend {
                 params,
                 reply,

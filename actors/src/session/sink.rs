@@ -1,13 +1,13 @@
 //! The turn's sink: journal first, then watchers.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use berth_runtime::engine::{PermissionDecision, PermissionRequest, SinkError, TurnSink};
-use berth_runtime::event::SessionEvent;
+use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::frame::Frame;
 use berth_runtime::ids::{SessionId, TurnId};
-use berth_runtime::tape::TapeRecorder;
+use berth_runtime::tape::{Tape, TapeRecorder};
 use berth_storage::Batch;
 
 use super::receipt::{append_records, stamp};
@@ -17,7 +17,10 @@ use crate::watch::Watchers;
 /// Journals each event of a running turn, then publishes it to the session's
 /// watchers. Nothing reaches a watcher before it is durable. Whatever the
 /// run's replay tape holds rides on the first record of each batch, and a
-/// client's answer to a permission request goes on the tape.
+/// client's answer to a permission request goes on the tape. Events held for
+/// the next write ([`TurnSink::emit_with_next_write`]) go first in it; what
+/// is still held when the run leaves the engine goes to its exit batch
+/// ([`JournalSink::leftover`]).
 pub(crate) struct JournalSink {
     pub env: Arc<SessionEnv>,
     pub session_id: SessionId,
@@ -26,27 +29,84 @@ pub(crate) struct JournalSink {
     pub watchers: Arc<Watchers>,
     /// The run's replay tape.
     pub tape: TapeRecorder,
+    /// Records stamped but not yet written, oldest first.
+    held: Mutex<Vec<EventRecord>>,
+}
+
+/// What a run leaves for its exit batch (the seal or the park): the replay
+/// tape it consumed after its last write, and the records it held for a
+/// next write that never came, which go first.
+#[derive(Debug, Default)]
+pub struct Leftover {
+    pub(crate) tape: Tape,
+    pub(crate) held: Vec<EventRecord>,
+}
+
+impl Leftover {
+    /// The held records, then `records`.
+    pub(crate) fn before(&mut self, records: Vec<EventRecord>) -> Vec<EventRecord> {
+        let mut all = std::mem::take(&mut self.held);
+        all.extend(records);
+        all
+    }
 }
 
 impl JournalSink {
-    /// Journals `events` (each stamped at its own clock reading; a delivery
-    /// or drop goes with its signed drain receipt; the tape rides on the
-    /// first record) and `frame` in one fenced batch, then publishes the
-    /// records to the watchers once durable.
+    /// A sink for `turn_id`'s writes that holds nothing yet.
+    pub fn new(
+        env: Arc<SessionEnv>,
+        session_id: SessionId,
+        turn_id: TurnId,
+        watchers: Arc<Watchers>,
+        tape: TapeRecorder,
+    ) -> Self {
+        Self {
+            env,
+            session_id,
+            turn_id,
+            watchers,
+            tape,
+            held: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Takes what the run leaves for its exit batch: the held records and
+    /// the tape consumed since the last write.
+    pub fn leftover(&self) -> Leftover {
+        Leftover {
+            tape: self.tape.take(),
+            held: std::mem::take(&mut *self.lock_held()),
+        }
+    }
+
+    fn lock_held(&self) -> std::sync::MutexGuard<'_, Vec<EventRecord>> {
+        // A poisoned lock only means a panic elsewhere; the records are intact.
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `event` as records stamped at this moment's clock reading.
+    fn stamped(&self, event: SessionEvent) -> Vec<EventRecord> {
+        stamp(
+            &self.env,
+            &self.session_id,
+            Some(&self.turn_id),
+            self.env.config.clock.now(),
+            vec![event],
+        )
+    }
+
+    /// Journals the held records, then `events` (each stamped at its own
+    /// clock reading; a delivery or drop goes with its signed drain receipt;
+    /// the tape rides on the first record) and `frame` in one fenced batch,
+    /// then publishes the records to the watchers once durable.
     async fn journal_then_publish(
         &self,
         events: Vec<SessionEvent>,
         frame: Option<&Frame>,
     ) -> Result<(), SinkError> {
-        let mut records = Vec::with_capacity(events.len());
+        let mut records = std::mem::take(&mut *self.lock_held());
         for event in events {
-            records.extend(stamp(
-                &self.env,
-                &self.session_id,
-                Some(&self.turn_id),
-                self.env.config.clock.now(),
-                vec![event],
-            ));
+            records.extend(self.stamped(event));
         }
         let tape = self.tape.take();
         let mut batch = append_records(
@@ -78,10 +138,25 @@ impl TurnSink for JournalSink {
         self.journal_then_publish(vec![event], None).await
     }
 
+    async fn emit_with_next_write(&self, event: SessionEvent) -> Result<(), SinkError> {
+        let records = self.stamped(event);
+        self.lock_held().extend(records);
+        Ok(())
+    }
+
+    async fn flush(&self) -> Result<(), SinkError> {
+        if self.lock_held().is_empty() {
+            return Ok(());
+        }
+        self.journal_then_publish(Vec::new(), None).await
+    }
+
     async fn request_permission(
         &self,
         request: &PermissionRequest,
     ) -> Result<PermissionDecision, SinkError> {
+        // The client is asked only about what it can already have seen.
+        self.flush().await?;
         let Some(answer) = self.watchers.ask(&self.session_id, request) else {
             let decision = PermissionDecision::Rejected {
                 reason: "no attached client can answer permission requests".into(),
@@ -110,6 +185,9 @@ impl TurnSink for JournalSink {
     }
 
     async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError> {
+        if !self.lock_held().is_empty() {
+            return self.journal_then_publish(Vec::new(), Some(frame)).await;
+        }
         self.env
             .journal
             .commit(

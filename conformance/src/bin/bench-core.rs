@@ -89,13 +89,15 @@
 //!   committed in one transaction) and to the first `agent_message_chunk` of
 //!   the session's resumed turn. That chunk is the first observable sign of
 //!   the model call: the scripted model emits the text the moment it is
-//!   called (no `delay_ms`), but berth journals the chunk — one durable
-//!   commit, group-committed with other sessions' — before sending it. Between
-//!   the claim's commit and the model call nothing touches the disk, and the
-//!   answer is sent at about the time the model is called, so the model call
-//!   itself lies roughly between the two figures: "first model call" is an
-//!   upper bound by about one commit plus delivery. The round ends when every
-//!   resumed turn's `turn_ended` has been read.
+//!   called (no `delay_ms`), but berth journals the chunk before sending it.
+//!   An answer that is already complete leaves its chunk for the turn's next
+//!   write, here the seal, so the chunk arrives with `turn_ended`: one durable
+//!   commit, group-committed with other sessions'. Between the claim's commit
+//!   and the model call nothing touches the disk, and the answer is sent at
+//!   about the time the model is called, so the model call itself lies
+//!   roughly between the two figures: "first model call" is an upper bound by
+//!   about one commit plus delivery. The round ends when every resumed turn's
+//!   `turn_ended` has been read.
 //!
 //! With N requests written at once, each latency includes waiting behind the
 //! others (berth's per-session actors run in parallel, but they share one
@@ -1485,7 +1487,7 @@ async fn suspend_bench(args: &Args, bin: &Path) -> anyhow::Result<Vec<SuspendRep
     println!("binary            {}", bin.display());
     println!(
         "first model call  = the resumed turn's first agent_message_chunk (scripted text step, emitted\n                  \
-         when the model is called; berth journals it durably before sending it)"
+         when the model is called; berth journals it durably, with the turn's seal, before sending it)"
     );
     println!();
     let mut reports = Vec::new();

@@ -43,6 +43,31 @@ pub trait TurnSink: Send + Sync {
     /// an `internal_error` terminal.
     async fn emit(&self, event: SessionEvent) -> Result<(), SinkError>;
 
+    /// Journals `event` with the sink's next write instead of on its own.
+    /// For events nothing waits on: the tail of a model answer that has
+    /// already completed. The turn's next write then carries them, whether that is a
+    /// tool batch's announcement or the turn's exit, so the answer costs one
+    /// commit instead of two. As with [`TurnSink::emit`], no watcher hears of
+    /// the event before that write is durable. The engine calls
+    /// [`TurnSink::flush`] before anything else leaves the turn (a model
+    /// call), so a held event is never overtaken. The default emits at once.
+    ///
+    /// # Errors
+    /// [`SinkError`] as for [`TurnSink::emit`] (a holding sink reports its
+    /// failure at the write that carries the event).
+    async fn emit_with_next_write(&self, event: SessionEvent) -> Result<(), SinkError> {
+        self.emit(event).await
+    }
+
+    /// Makes durable now what [`TurnSink::emit_with_next_write`] holds, and
+    /// does nothing when it holds nothing (the default).
+    ///
+    /// # Errors
+    /// [`SinkError`] as for [`TurnSink::emit`].
+    async fn flush(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
     /// Asks a client to approve a tool call (ACP `session/request_permission`)
     /// and waits for the answer. The default has no client to ask and rejects.
     ///

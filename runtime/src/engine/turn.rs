@@ -562,6 +562,8 @@ impl<'a> Turn<'a> {
         &mut self,
         iteration: u32,
     ) -> Result<Result<ModelResponse, crate::model::ModelError>, Exit> {
+        // What an earlier answer left held is durable before the model is asked again.
+        self.sink.flush().await?;
         let request = ModelRequest {
             session_id: self.spec.session_id.clone(),
             turn_id: self.spec.turn_id.clone(),
@@ -595,27 +597,30 @@ impl<'a> Turn<'a> {
                     }
                     return Err(Exit::Stopped);
                 }
-                Some(delta) = rx.recv() => self.forward(delta, &mut streamed).await?,
+                // An answer that is complete goes first: the deltas it left
+                // queued then ride on the turn's next write.
                 result = &mut call => break result,
+                Some(delta) = rx.recv() => self.sink.emit(Self::streamed(delta, &mut streamed)).await?,
             }
         };
         spans::model_result(&span, &result);
         drop(span);
         while let Ok(delta) = rx.try_recv() {
-            self.forward(delta, &mut streamed).await?;
+            let event = Self::streamed(delta, &mut streamed);
+            self.sink.emit_with_next_write(event).await?;
         }
         Ok(result)
     }
 
-    async fn forward(&self, delta: ModelDelta, streamed: &mut String) -> Result<(), SinkError> {
-        let event = match delta {
+    /// The event of one streamed delta; a text delta also extends `streamed`.
+    fn streamed(delta: ModelDelta, streamed: &mut String) -> SessionEvent {
+        match delta {
             ModelDelta::Text(text) => {
                 streamed.push_str(&text);
                 SessionEvent::AgentMessageChunk { text }
             }
             ModelDelta::Thought(text) => SessionEvent::AgentThoughtChunk { text },
-        };
-        self.sink.emit(event).await
+        }
     }
 
     fn frame(

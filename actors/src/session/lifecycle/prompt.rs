@@ -15,7 +15,7 @@ use berth_runtime::frame::Frame;
 use berth_runtime::history::{Message, Transcript};
 use berth_runtime::ids::TurnId;
 use berth_runtime::suspension::Suspension;
-use berth_runtime::tape::{Tape, TapeRecorder, TapedClock, TapedModel, TapedTool, TurnConfig};
+use berth_runtime::tape::{TapeRecorder, TapedClock, TapedModel, TapedTool, TurnConfig};
 use berth_runtime::terminal::{Terminal, TerminalKind};
 use berth_runtime::tools::ResumeInput;
 use berth_storage::{Batch, OpenTurn, SessionRecord, TurnCheckpoint};
@@ -24,7 +24,7 @@ use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::Instrument;
 
 use super::super::receipt::{append_records, stamp, Stamper};
-use super::super::sink::JournalSink;
+use super::super::sink::{JournalSink, Leftover};
 use super::super::{RunningTurn, SessionMsg, SessionState};
 use super::suspend;
 use crate::error::ControlError;
@@ -263,13 +263,13 @@ pub(crate) fn spawn(
     let control = Arc::new(TurnControl::default());
     let (spec, deps) = turn_setup(state, turn_id.clone(), prompt, &control);
     let (deps, tape) = taped(&spec, deps);
-    let sink = JournalSink {
-        env: Arc::clone(&state.env),
-        session_id: state.record.session_id.clone(),
-        turn_id: turn_id.clone(),
-        watchers: Arc::clone(&state.watchers),
-        tape: tape.clone(),
-    };
+    let sink = JournalSink::new(
+        Arc::clone(&state.env),
+        state.record.session_id.clone(),
+        turn_id.clone(),
+        Arc::clone(&state.watchers),
+        tape,
+    );
     let actor = myself.clone();
     let finished_id = turn_id.clone();
     let span = crate::telemetry::turn_span(
@@ -297,15 +297,17 @@ pub(crate) fn spawn(
             Ok(exit) => exit,
             Err(panic) => TurnExit::Ended(panicked_turn(&spec, panic.as_ref())),
         };
+        // What the run consumed or held after its last write rides on its
+        // exit batch.
+        let leftover = Box::new(sink.leftover());
         // Release the turn's share of the transcript before the actor extends it.
         drop((spec, deps, sink));
-        // What the run consumed after its last event rides on its exit batch.
-        let tape = Box::new(tape.take());
-        // If the actor is gone, its successor seals the turn from the journal.
+        // If the actor is gone, its successor seals the turn from the journal
+        // (what was held was never shown to anyone).
         let _ = actor.send_message(SessionMsg::TurnFinished {
             turn_id: finished_id,
             exit: Box::new(exit),
-            tape,
+            leftover,
         });
     });
     state.turn = Some(RunningTurn {
@@ -354,7 +356,7 @@ pub(crate) async fn finish(
     state: &mut SessionState,
     turn_id: TurnId,
     exit: TurnExit,
-    tape: Tape,
+    leftover: Leftover,
 ) -> Result<(), ActorProcessingErr> {
     if state.turn.as_ref().is_none_or(|t| t.turn_id != turn_id) {
         return Ok(());
@@ -372,8 +374,10 @@ pub(crate) async fn finish(
     };
     crate::metrics::record_turn(&label, ran_ms);
     match exit {
-        TurnExit::Ended(outcome) => seal_ended(state, turn, outcome, tape).await?,
-        TurnExit::Suspended(suspended) => suspend::park_turn(state, turn, *suspended, tape).await?,
+        TurnExit::Ended(outcome) => seal_ended(state, turn, outcome, leftover).await?,
+        TurnExit::Suspended(suspended) => {
+            suspend::park_turn(state, turn, *suspended, leftover).await?
+        }
     }
     if !state.pending_close.is_empty() {
         super::close::finalize(myself, state).await?;
@@ -449,7 +453,7 @@ async fn seal_ended(
     state: &mut SessionState,
     mut turn: RunningTurn,
     outcome: TurnOutcome,
-    tape: Tape,
+    mut leftover: Leftover,
 ) -> Result<(), ActorProcessingErr> {
     let env = Arc::clone(&state.env);
     let session_id = state.record.session_id.clone();
@@ -492,8 +496,13 @@ async fn seal_ended(
     if let Some(suspension) = &parked {
         batch = batch.put_suspension(suspension);
     }
-    let records = stamp(&env, &session_id, Some(&turn.turn_id), now, events);
-    let batch = append_records(batch.put_session(&record), &session_id, &records, &tape);
+    let records = leftover.before(stamp(&env, &session_id, Some(&turn.turn_id), now, events));
+    let batch = append_records(
+        batch.put_session(&record),
+        &session_id,
+        &records,
+        &leftover.tape,
+    );
     // The turn's and the suspension's spans end before the commit.
     drop(suspend_span);
     drop(std::mem::replace(&mut turn.span, tracing::Span::none()));

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use super::super::sink::Leftover;
 use berth_runtime::engine::ExecutionSuspended;
 use berth_runtime::event::{ControlStatus, EventRecord, SessionEvent};
 use berth_runtime::frame::{Frame, ToolOutcomeStatus};
@@ -19,7 +20,6 @@ use berth_runtime::steering::Seam;
 use berth_runtime::suspension::{
     Initiator, ResumeClaim, ResumeClaimKind, SuspendMode, SuspendRequest, Suspension, Wakeup,
 };
-use berth_runtime::tape::Tape;
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind, TerminalOwner};
 use berth_storage::{Batch, SessionRecord};
 use chrono::{DateTime, Utc};
@@ -383,7 +383,7 @@ pub(crate) async fn park_turn(
     state: &mut SessionState,
     mut turn: RunningTurn,
     suspended: ExecutionSuspended,
-    tape: Tape,
+    mut leftover: Leftover,
 ) -> Result<(), ActorProcessingErr> {
     let now = state.env.config.clock.now();
     let session_id = state.record.session_id.clone();
@@ -402,12 +402,18 @@ pub(crate) async fn park_turn(
             suspend_span = Some(crate::telemetry::suspend_span(suspension, Some(&turn.span)));
         },
     );
-    let records = stamp(&state.env, &session_id, Some(&turn.turn_id), now, events);
+    let records = leftover.before(stamp(
+        &state.env,
+        &session_id,
+        Some(&turn.turn_id),
+        now,
+        events,
+    ));
     let batch = append_records(
         park_batch(&record, &suspension, &[]),
         &session_id,
         &records,
-        &tape,
+        &leftover.tape,
     );
     // Neither the suspend span nor the turn's stays open across the pause:
     // both end before the snapshot is persisted.
