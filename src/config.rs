@@ -171,6 +171,7 @@ pub struct FileConfig {
     journal_cache_mib: Option<u32>,
     passivate_after_ms: Option<u64>,
     max_live_sessions: Option<usize>,
+    realtime_timers: Option<bool>,
     completion_judge: Option<bool>,
     require_approval: Option<Vec<String>>,
     #[serde(default)]
@@ -210,6 +211,7 @@ pub struct Settings {
     pub journal_cache_bytes: usize,
     pub passivate_after_ms: Option<u64>,
     pub max_live_sessions: usize,
+    pub realtime_timers: bool,
     pub completion_judge: bool,
     pub require_approval: Vec<String>,
     pub acp: ServeOptions,
@@ -544,6 +546,7 @@ impl FileConfig {
             max_live_sessions: self
                 .max_live_sessions
                 .unwrap_or(berth_actors::config::DEFAULT_MAX_LIVE_SESSIONS),
+            realtime_timers: self.realtime_timers.unwrap_or(true),
             completion_judge: self.completion_judge.unwrap_or(false),
             require_approval: if args.require_approval.is_empty() {
                 self.require_approval.unwrap_or_default()

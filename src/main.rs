@@ -327,6 +327,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         node_config.passivate_after_ms = ms;
     }
     node_config.max_live_sessions = settings.max_live_sessions;
+    node_config.realtime_timers = settings.realtime_timers;
     node_config.needs_approval = settings.require_approval;
     node_config.budgets = settings.budgets;
     node_config.prices = settings.prices;

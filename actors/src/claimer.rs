@@ -119,6 +119,20 @@ pub(crate) fn resume_params(firing: &Firing) -> Option<ResumeParams> {
     })
 }
 
+/// Logs how a timekeeping thread's request for real-time priority went
+/// (`raised`: `Ok(true)` raised, `Ok(false)` not asked, `Err` refused).
+pub(crate) fn log_timer_priority(thread: &str, raised: &Result<bool, String>) {
+    match raised {
+        Ok(true) => tracing::info!(thread, "runs at real-time priority (SCHED_FIFO 1)"),
+        Ok(false) => {}
+        Err(why) => tracing::info!(
+            thread,
+            reason = %why,
+            "runs at normal priority: wake-ups may be handed out late while the CPUs are saturated"
+        ),
+    }
+}
+
 /// Starts the claimer thread: it takes what the scheduler hands out and
 /// sends [`Job`]s to the returned channel. It holds the node weakly and ends
 /// with it (when the scheduler's channel closes).
@@ -130,10 +144,19 @@ pub(crate) fn start(
     mut fired: mpsc::UnboundedReceiver<Fired>,
 ) -> mpsc::UnboundedReceiver<Job> {
     let (jobs, out) = mpsc::unbounded_channel();
+    let realtime = env.config.realtime_timers;
     let env = Arc::downgrade(env);
     std::thread::Builder::new()
         .name("berth-claimer".into())
         .spawn(move || {
+            // A claim is what a wake-up's lateness is measured to: it must
+            // not wait for a time slice behind the turns it wakes.
+            if realtime {
+                log_timer_priority(
+                    "claimer",
+                    &berth_scheduler::realtime::raise_current_thread().map(|()| true),
+                );
+            }
             while let Some(fired) = fired.blocking_recv() {
                 let job = match fired {
                     Fired::Wakeup(due) => {

@@ -48,6 +48,12 @@ pub struct NodeConfig {
     /// costs about 11 KiB plus its transcript; a passivated session only
     /// its rows (and its timer). Ignored when `passivate_parked` is off.
     pub max_live_sessions: usize,
+    /// Whether the scheduler and claimer threads ask for real-time priority
+    /// (`SCHED_FIFO` 1; default on), so that a due wake-up is not handed out
+    /// late behind a burst of busy turns (see `berth_scheduler::realtime`).
+    /// Without the privilege (`CAP_SYS_NICE` or `RLIMIT_RTPRIO` ≥ 1) they
+    /// run at normal priority and the start-up log says so.
+    pub realtime_timers: bool,
     /// Time source.
     pub clock: Arc<dyn Clock>,
     /// Id source.
@@ -82,6 +88,7 @@ impl NodeConfig {
             passivate_parked: true,
             passivate_after_ms: 10_000,
             max_live_sessions: DEFAULT_MAX_LIVE_SESSIONS,
+            realtime_timers: true,
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
             completion_judge: None,

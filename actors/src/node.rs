@@ -420,7 +420,9 @@ impl Node {
         for session in processes.reap() {
             tracing::warn!(session_id = %session, "killed a process group left by a previous berth process");
         }
-        let (scheduler, firings) = Scheduler::start(Arc::clone(&config.clock));
+        let (scheduler, firings, raised) =
+            Scheduler::start_with(Arc::clone(&config.clock), config.realtime_timers);
+        crate::claimer::log_timer_priority("scheduler", &raised);
         let env = Arc::new(SessionEnv {
             journal,
             config,

@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 mod armed;
+pub mod realtime;
 
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
@@ -122,18 +123,47 @@ impl Scheduler {
     /// # Panics
     /// If the OS cannot start a thread.
     pub fn start(clock: Arc<dyn Clock>) -> (Self, mpsc::UnboundedReceiver<Fired>) {
+        let (scheduler, firings, _) = Self::start_with(clock, false);
+        (scheduler, firings)
+    }
+
+    /// [`Scheduler::start`], with the thread first moved to real-time
+    /// priority when `realtime` is set ([`realtime::raise_current_thread`]).
+    /// The third value says how that went: `Ok(true)` raised, `Ok(false)`
+    /// not asked, `Err` refused by the OS (the thread runs at normal
+    /// priority; the error says why).
+    ///
+    /// # Panics
+    /// If the OS cannot start a thread.
+    pub fn start_with(
+        clock: Arc<dyn Clock>,
+        realtime: bool,
+    ) -> (Self, mpsc::UnboundedReceiver<Fired>, Result<bool, String>) {
         let (tx, rx) = std_mpsc::channel();
         let (fired, firings) = mpsc::unbounded_channel();
+        let (raised_tx, raised_rx) = std_mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("berth-scheduler".into())
-            .spawn(move || run(&*clock, &rx, &fired))
+            .spawn(move || {
+                let raised = if realtime {
+                    realtime::raise_current_thread().map(|()| true)
+                } else {
+                    Ok(false)
+                };
+                let _ = raised_tx.send(raised);
+                run(&*clock, &rx, &fired);
+            })
             .expect("spawn the scheduler thread");
+        let raised = raised_rx
+            .recv()
+            .unwrap_or_else(|_| Err("the scheduler thread ended at once".into()));
         (
             Self {
                 tx,
                 thread: Arc::new(thread),
             },
             firings,
+            raised,
         )
     }
 
