@@ -191,18 +191,17 @@ pub fn config_fingerprint_of(
     max_model_calls: u32,
 ) -> String {
     use sha2::{Digest, Sha256};
-    let name = serde_json::to_vec(model.name()).unwrap_or_default();
-    let mut hasher = Sha256::new();
-    hasher.update(b"[");
-    hasher.update(&name);
-    hasher.update(b",");
-    hasher.update(tools.specs_json());
-    hasher.update(format!(",{max_model_calls}]").as_bytes());
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let specs = tools.shared_specs();
+    specs.fingerprint(model.name(), max_model_calls, || {
+        let name = serde_json::to_vec(model.name()).unwrap_or_default();
+        let mut hasher = Sha256::new();
+        hasher.update(b"[");
+        hasher.update(&name);
+        hasher.update(b",");
+        hasher.update(specs.json());
+        hasher.update(format!(",{max_model_calls}]").as_bytes());
+        hex::encode(hasher.finalize())
+    })
 }
 
 /// Checks, before any effect, that `frame` can continue under `spec`/`deps`
@@ -1320,6 +1319,14 @@ mod tests {
         tools.insert(Arc::clone(fewer.get("shell").expect("shell")));
         assert_eq!(config_fingerprint_of(&model, &tools, 7), before);
         assert_ne!(config_fingerprint_of(&model, &tools, 8), before);
+        assert_eq!(config_fingerprint_of(&model, &tools, 7), before);
+        // Another model over the same (remembered) specs is another fingerprint.
+        let other = ScriptedModel::parse("[[rules]]\nmatch = \"x\"\nsteps = []\n", "toml", "other")
+            .expect("a valid script");
+        let plain_other = crate::frame::fingerprint(&(other.name(), tools.specs(), 7u32));
+        assert_eq!(config_fingerprint_of(&other, &tools, 7), plain_other);
+        assert_ne!(plain_other, before);
+        assert_eq!(config_fingerprint_of(&model, &tools, 7), before);
         // Every turn fingerprints a clone of the node's set: the encoding is
         // made once for the set and its clones, also those made before it.
         let node = ToolSet::builtin();

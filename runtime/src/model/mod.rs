@@ -61,6 +61,10 @@ pub struct ToolSpec {
 pub struct ToolSpecs {
     specs: Arc<[ToolSpec]>,
     json: Arc<[u8]>,
+    /// The last configuration fingerprint derived from these specs, with
+    /// the model name and call limit it was derived for (see
+    /// [`ToolSpecs::fingerprint`]).
+    fingerprint: Arc<std::sync::Mutex<Option<(String, u32, String)>>>,
 }
 
 impl ToolSpecs {
@@ -70,12 +74,37 @@ impl ToolSpecs {
         Self {
             specs: specs.into(),
             json: json.into(),
+            fingerprint: Arc::default(),
         }
     }
 
     /// The specs as compact JSON (`serde_json::to_vec` of the array).
     pub fn json(&self) -> &[u8] {
         &self.json
+    }
+
+    /// The configuration fingerprint of these specs with `model` and
+    /// `max_model_calls`: `derive`'s result, remembered (shared by every
+    /// clone) until asked for another model or limit. It hashes the whole
+    /// encoding, and every turn asks for it two or three times.
+    pub fn fingerprint(
+        &self,
+        model: &str,
+        max_model_calls: u32,
+        derive: impl FnOnce() -> String,
+    ) -> String {
+        let mut memo = self
+            .fingerprint
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match memo.as_ref() {
+            Some((m, n, fingerprint)) if m == model && *n == max_model_calls => fingerprint.clone(),
+            _ => {
+                let fingerprint = derive();
+                *memo = Some((model.to_owned(), max_model_calls, fingerprint.clone()));
+                fingerprint
+            }
+        }
     }
 }
 
