@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 mod armed;
+mod inbox;
 pub mod realtime;
 
 use std::sync::mpsc as std_mpsc;
@@ -112,7 +113,7 @@ enum Command {
 /// handle is dropped.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
-    tx: std_mpsc::Sender<Command>,
+    tx: inbox::Sender<Command>,
     thread: Arc<std::thread::JoinHandle<()>>,
 }
 
@@ -139,7 +140,7 @@ impl Scheduler {
         clock: Arc<dyn Clock>,
         realtime: bool,
     ) -> (Self, mpsc::UnboundedReceiver<Fired>, Result<bool, String>) {
-        let (tx, rx) = std_mpsc::channel();
+        let (tx, rx) = inbox::channel();
         let (fired, firings) = mpsc::unbounded_channel();
         let (raised_tx, raised_rx) = std_mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
@@ -170,30 +171,29 @@ impl Scheduler {
     /// Arms the wake-up of `wakeup.session_id` (its due time and event
     /// patterns). Arming the same wake-up twice is harmless.
     pub fn arm(&self, wakeup: &Wakeup) {
-        let _ = self.tx.send(Command::Arm(vec![Entry::of(wakeup)]));
+        self.tx.send(Command::Arm(vec![Entry::of(wakeup)]));
     }
 
     /// Arms many wake-ups in one command (start-up).
     pub fn arm_all(&self, entries: Vec<Entry>) {
-        let _ = self.tx.send(Command::Arm(entries));
+        self.tx.send(Command::Arm(entries));
     }
 
     /// Drops `wakeup` (its suspension was used up). Give the wake-up the
     /// suspension armed: its due time finds the entry without a scan.
     pub fn disarm(&self, wakeup: &Wakeup) {
-        let _ = self.tx.send(Command::Disarm(Entry::of(wakeup)));
+        self.tx.send(Command::Disarm(Entry::of(wakeup)));
     }
 
     /// Arms (or moves) a schedule's next run.
     pub fn arm_schedule(&self, schedule_id: &str, due: DateTime<Utc>) {
-        let _ = self
-            .tx
+        self.tx
             .send(Command::ArmSchedule(schedule_id.into(), due_ms(due)));
     }
 
     /// Drops a schedule's pending run (paused or deleted).
     pub fn disarm_schedule(&self, schedule_id: &str) {
-        let _ = self.tx.send(Command::DisarmSchedule(schedule_id.into()));
+        self.tx.send(Command::DisarmSchedule(schedule_id.into()));
     }
 
     /// The parked sessions with an event pattern matching `name`, sorted.
@@ -202,7 +202,7 @@ impl Scheduler {
     /// against the journal before claiming. Empty when the scheduler is gone.
     pub async fn candidates(&self, name: &str) -> Vec<SessionId> {
         let (reply, answer) = oneshot::channel();
-        let _ = self.tx.send(Command::Candidates(name.to_owned(), reply));
+        self.tx.send(Command::Candidates(name.to_owned(), reply));
         answer.await.unwrap_or_default()
     }
 
@@ -215,7 +215,7 @@ impl Scheduler {
     /// How many sessions' wake-ups are armed with a due time.
     pub async fn armed(&self) -> usize {
         let (reply, answer) = oneshot::channel();
-        let _ = self.tx.send(Command::Len(reply));
+        self.tx.send(Command::Len(reply));
         answer.await.unwrap_or_default()
     }
 }
@@ -230,7 +230,7 @@ fn now_ns(clock: &dyn Clock) -> i64 {
 
 fn run(
     clock: &dyn Clock,
-    commands: &std_mpsc::Receiver<Command>,
+    commands: &inbox::Receiver<Command>,
     fired: &mpsc::UnboundedSender<Fired>,
 ) {
     let mut armed = Armed::default();
@@ -261,13 +261,13 @@ fn run(
                 let wait_ns = ms.saturating_mul(1_000_000).saturating_sub(now).max(0);
                 match commands.recv_timeout(Duration::from_nanos(wait_ns.unsigned_abs())) {
                     Ok(command) => command,
-                    Err(std_mpsc::RecvTimeoutError::Timeout) => continue,
-                    Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
+                    Err(inbox::Empty::Timeout) => continue,
+                    Err(inbox::Empty::Closed) => return,
                 }
             }
             None => match commands.recv() {
-                Ok(command) => command,
-                Err(_) => return,
+                Some(command) => command,
+                None => return,
             },
         };
         apply(&mut armed, command);
