@@ -388,6 +388,8 @@ fn a_woken_resume_signs_the_trigger_that_fired_it() {
         json!({"name": "ci.passed", "data": {"sha": "abc", "checks": 3}}),
     );
     let frames = server.until_note(|n| n["params"]["type"] == "resumption_receipt");
+    // The woken turn may end before the emit is answered: wait for both.
+    server.until_note(|n| n["params"]["type"] == "turn_ended");
     server.until(4);
     let receipt = agent_event(&frames, "resumption_receipt")[0].clone();
     assert_eq!(receipt["handle"], handle);
@@ -400,7 +402,6 @@ fn a_woken_resume_signs_the_trigger_that_fired_it() {
         receipt["input_sha256"],
         format!("sha256:{}", sha256_hex(br#"{"checks":3,"sha":"abc"}"#))
     );
-    server.until_note(|n| n["params"]["type"] == "turn_ended");
     // A timeout wakes it: the receipt names the due time and the action.
     server.send(
         5,
