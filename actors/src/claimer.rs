@@ -120,15 +120,23 @@ pub(crate) fn resume_params(firing: &Firing) -> Option<ResumeParams> {
 }
 
 /// Logs how a timekeeping thread's request for real-time priority went
-/// (`raised`: `Ok(true)` raised, `Ok(false)` not asked, `Err` refused).
+/// (`raised`: `Ok(true)` raised, `Ok(false)` not asked, `Err` refused), under
+/// the scheduler crate's target. A refusal is a warning: the configuration
+/// asked for it (`realtime_timers`, on by default) and did not get it.
 pub(crate) fn log_timer_priority(thread: &str, raised: &Result<bool, String>) {
     match raised {
-        Ok(true) => tracing::info!(thread, "runs at real-time priority (SCHED_FIFO 1)"),
+        Ok(true) => tracing::info!(
+            target: "berth_scheduler",
+            thread,
+            "runs at real-time priority (SCHED_FIFO 1)"
+        ),
         Ok(false) => {}
-        Err(why) => tracing::info!(
+        Err(why) => tracing::warn!(
+            target: "berth_scheduler",
             thread,
             reason = %why,
-            "runs at normal priority: wake-ups may be handed out late while the CPUs are saturated"
+            "runs at normal priority: wake-ups may be handed out late while the CPUs are \
+             saturated (set realtime_timers = false to stop asking)"
         ),
     }
 }

@@ -37,7 +37,8 @@ pub fn raise_current_thread() -> Result<(), String> {
             if os.kind() == std::io::ErrorKind::PermissionDenied {
                 format!(
                     "{os}: real-time priority needs CAP_SYS_NICE or an RLIMIT_RTPRIO of at \
-                     least 1 (systemd LimitRTPRIO=1, docker --ulimit rtprio=1)"
+                     least 1 (systemd LimitRTPRIO=1, docker --ulimit rtprio=1), and a \
+                     cgroup that grants real-time time"
                 )
             } else {
                 os.to_string()

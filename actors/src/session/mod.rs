@@ -279,9 +279,9 @@ pub enum SessionMsg {
         turn_id: TurnId,
         /// How it left.
         exit: Box<TurnExit>,
-        /// What the run consumed (replay tape) or held after its last
-        /// write, for its exit batch.
-        leftover: Box<sink::Leftover>,
+        /// What the run consumed after its last journaled event (replay
+        /// tape), for its exit batch.
+        tape: Box<berth_runtime::tape::Tape>,
     },
 }
 
@@ -298,6 +298,10 @@ pub(crate) struct RunningTurn {
     /// span, and linked from the `resume` span. Dropped before the turn's
     /// park or seal commits, so it never stays open across a pause.
     pub span: tracing::Span,
+    /// What the turn's sink holds for its next write. The actor's own
+    /// writes for the session take it first ([`SessionState::record_with`]),
+    /// and what is left goes first in the turn's seal or park.
+    pub held: sink::Held,
 }
 
 /// A session actor's state.
@@ -356,8 +360,30 @@ impl SessionState {
         let session_id = &self.record.session_id;
         let turn_id = self.turn.as_ref().map(|t| &t.turn_id);
         let records = receipt::stamp(&self.env, session_id, turn_id, now, events);
+        // What the running turn holds was decided first: it is recorded first.
+        let held = self.turn.as_ref().map(|turn| &turn.held);
+        let (records, held_count) = match held {
+            Some(held) => {
+                let taken = held.take();
+                let count = taken.len();
+                let mut all = taken;
+                all.extend(records);
+                (all, count)
+            }
+            None => (records, 0),
+        };
         let batch = records.iter().fold(batch, |b, r| b.append(session_id, r));
-        let ids = self.env.journal.commit(batch).await?;
+        let ids = match self.env.journal.commit(batch).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                // Nothing was written: the turn's held records wait for its
+                // next write, as before.
+                if let Some(held) = held {
+                    held.put_back(records.into_iter().take(held_count).collect());
+                }
+                return Err(e.into());
+            }
+        };
         self.watchers.publish(
             session_id,
             ids.into_iter().zip(records.into_iter().map(Arc::new)),
@@ -509,8 +535,8 @@ impl SessionActor {
             SessionMsg::TurnFinished {
                 turn_id,
                 exit,
-                leftover,
-            } => lifecycle::prompt::finish(&myself, state, turn_id, *exit, *leftover).await,
+                tape,
+            } => lifecycle::prompt::finish(&myself, state, turn_id, *exit, *tape).await,
             SessionMsg::Suspend {
                 params,
                 reply,

@@ -7,7 +7,7 @@ use berth_runtime::engine::{PermissionDecision, PermissionRequest, SinkError, Tu
 use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::frame::Frame;
 use berth_runtime::ids::{SessionId, TurnId};
-use berth_runtime::tape::{Tape, TapeRecorder};
+use berth_runtime::tape::TapeRecorder;
 use berth_storage::Batch;
 
 use super::receipt::{append_records, stamp};
@@ -19,8 +19,8 @@ use crate::watch::Watchers;
 /// run's replay tape holds rides on the first record of each batch, and a
 /// client's answer to a permission request goes on the tape. Events held for
 /// the next write ([`TurnSink::emit_with_next_write`]) go first in it; what
-/// is still held when the run leaves the engine goes to its exit batch
-/// ([`JournalSink::leftover`]).
+/// is still held when the run leaves the engine goes first in its seal or
+/// park, which the actor writes ([`RunningTurn::held`](super::RunningTurn)).
 pub(crate) struct JournalSink {
     pub env: Arc<SessionEnv>,
     pub session_id: SessionId,
@@ -29,36 +29,62 @@ pub(crate) struct JournalSink {
     pub watchers: Arc<Watchers>,
     /// The run's replay tape.
     pub tape: TapeRecorder,
-    /// Records stamped but not yet written, oldest first.
-    held: Mutex<Vec<EventRecord>>,
+    /// Records stamped but not yet written (shared with the actor).
+    held: Held,
 }
 
-/// What a run leaves for its exit batch (the seal or the park): the replay
-/// tape it consumed after its last write, and the records it held for a
-/// next write that never came, which go first.
-#[derive(Debug, Default)]
-pub struct Leftover {
-    pub(crate) tape: Tape,
-    pub(crate) held: Vec<EventRecord>,
-}
+/// Records a running turn has stamped but not yet written (see
+/// [`TurnSink::emit_with_next_write`]), oldest first. Shared by the turn's
+/// sink and the session actor: whichever writes for the session next takes
+/// them and writes them first, so nothing the session journals meanwhile (a
+/// steer accepted, a suspend requested) is recorded before them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Held(Arc<Mutex<Vec<EventRecord>>>);
 
-impl Leftover {
-    /// The held records, then `records`.
-    pub(crate) fn before(&mut self, records: Vec<EventRecord>) -> Vec<EventRecord> {
-        let mut all = std::mem::take(&mut self.held);
+impl Held {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<EventRecord>> {
+        // A poisoned lock only means a panic elsewhere; the records are intact.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the held records, leaving none.
+    pub fn take(&self) -> Vec<EventRecord> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    /// The held records, then `records`; holds none after.
+    pub fn take_before(&self, records: Vec<EventRecord>) -> Vec<EventRecord> {
+        let mut all = self.take();
         all.extend(records);
         all
+    }
+
+    /// Puts `records`, taken by a write that then failed, back before
+    /// whatever was held since, so the next write still records them first.
+    pub fn put_back(&self, records: Vec<EventRecord>) {
+        let mut held = self.lock();
+        let later = std::mem::replace(&mut *held, records);
+        held.extend(later);
+    }
+
+    fn hold(&self, records: Vec<EventRecord>) {
+        self.lock().extend(records);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 }
 
 impl JournalSink {
-    /// A sink for `turn_id`'s writes that holds nothing yet.
+    /// A sink for `turn_id`'s writes; `held` is shared with the actor.
     pub fn new(
         env: Arc<SessionEnv>,
         session_id: SessionId,
         turn_id: TurnId,
         watchers: Arc<Watchers>,
         tape: TapeRecorder,
+        held: Held,
     ) -> Self {
         Self {
             env,
@@ -66,22 +92,8 @@ impl JournalSink {
             turn_id,
             watchers,
             tape,
-            held: Mutex::new(Vec::new()),
+            held,
         }
-    }
-
-    /// Takes what the run leaves for its exit batch: the held records and
-    /// the tape consumed since the last write.
-    pub fn leftover(&self) -> Leftover {
-        Leftover {
-            tape: self.tape.take(),
-            held: std::mem::take(&mut *self.lock_held()),
-        }
-    }
-
-    fn lock_held(&self) -> std::sync::MutexGuard<'_, Vec<EventRecord>> {
-        // A poisoned lock only means a panic elsewhere; the records are intact.
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `event` as records stamped at this moment's clock reading.
@@ -104,7 +116,7 @@ impl JournalSink {
         events: Vec<SessionEvent>,
         frame: Option<&Frame>,
     ) -> Result<(), SinkError> {
-        let mut records = std::mem::take(&mut *self.lock_held());
+        let mut records = self.held.take();
         for event in events {
             records.extend(self.stamped(event));
         }
@@ -139,13 +151,12 @@ impl TurnSink for JournalSink {
     }
 
     async fn emit_with_next_write(&self, event: SessionEvent) -> Result<(), SinkError> {
-        let records = self.stamped(event);
-        self.lock_held().extend(records);
+        self.held.hold(self.stamped(event));
         Ok(())
     }
 
     async fn flush(&self) -> Result<(), SinkError> {
-        if self.lock_held().is_empty() {
+        if self.held.is_empty() {
             return Ok(());
         }
         self.journal_then_publish(Vec::new(), None).await
@@ -185,7 +196,7 @@ impl TurnSink for JournalSink {
     }
 
     async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError> {
-        if !self.lock_held().is_empty() {
+        if !self.held.is_empty() {
             return self.journal_then_publish(Vec::new(), Some(frame)).await;
         }
         self.env

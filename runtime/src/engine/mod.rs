@@ -49,8 +49,11 @@ pub trait TurnSink: Send + Sync {
     /// tool batch's announcement or the turn's exit, so the answer costs one
     /// commit instead of two. As with [`TurnSink::emit`], no watcher hears of
     /// the event before that write is durable. The engine calls
-    /// [`TurnSink::flush`] before anything else leaves the turn (a model
-    /// call), so a held event is never overtaken. The default emits at once.
+    /// [`TurnSink::flush`] before the model is asked again; a journaling sink
+    /// also flushes before a client is asked to approve a call, and puts
+    /// held events first in whatever else the session writes meanwhile (a
+    /// steer accepted), so nothing decided after them is recorded before
+    /// them. The default emits at once.
     ///
     /// # Errors
     /// [`SinkError`] as for [`TurnSink::emit`] (a holding sink reports its

@@ -15,7 +15,7 @@ use berth_runtime::frame::Frame;
 use berth_runtime::history::{Message, Transcript};
 use berth_runtime::ids::TurnId;
 use berth_runtime::suspension::Suspension;
-use berth_runtime::tape::{TapeRecorder, TapedClock, TapedModel, TapedTool, TurnConfig};
+use berth_runtime::tape::{Tape, TapeRecorder, TapedClock, TapedModel, TapedTool, TurnConfig};
 use berth_runtime::terminal::{Terminal, TerminalKind};
 use berth_runtime::tools::ResumeInput;
 use berth_storage::{Batch, OpenTurn, SessionRecord, TurnCheckpoint};
@@ -24,7 +24,7 @@ use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::Instrument;
 
 use super::super::receipt::{append_records, stamp, Stamper};
-use super::super::sink::{JournalSink, Leftover};
+use super::super::sink::{Held, JournalSink};
 use super::super::{RunningTurn, SessionMsg, SessionState};
 use super::suspend;
 use crate::error::ControlError;
@@ -263,12 +263,14 @@ pub(crate) fn spawn(
     let control = Arc::new(TurnControl::default());
     let (spec, deps) = turn_setup(state, turn_id.clone(), prompt, &control);
     let (deps, tape) = taped(&spec, deps);
+    let held = Held::default();
     let sink = JournalSink::new(
         Arc::clone(&state.env),
         state.record.session_id.clone(),
         turn_id.clone(),
         Arc::clone(&state.watchers),
-        tape,
+        tape.clone(),
+        held.clone(),
     );
     let actor = myself.clone();
     let finished_id = turn_id.clone();
@@ -297,17 +299,17 @@ pub(crate) fn spawn(
             Ok(exit) => exit,
             Err(panic) => TurnExit::Ended(panicked_turn(&spec, panic.as_ref())),
         };
-        // What the run consumed or held after its last write rides on its
-        // exit batch.
-        let leftover = Box::new(sink.leftover());
         // Release the turn's share of the transcript before the actor extends it.
         drop((spec, deps, sink));
+        // What the run consumed after its last event rides on its exit batch
+        // (with what it held, which the actor takes from `RunningTurn::held`).
+        let tape = Box::new(tape.take());
         // If the actor is gone, its successor seals the turn from the journal
         // (what was held was never shown to anyone).
         let _ = actor.send_message(SessionMsg::TurnFinished {
             turn_id: finished_id,
             exit: Box::new(exit),
-            leftover,
+            tape,
         });
     });
     state.turn = Some(RunningTurn {
@@ -317,6 +319,7 @@ pub(crate) fn spawn(
         started_at: state.env.config.clock.now(),
         task: task.abort_handle(),
         span,
+        held,
     });
 }
 
@@ -356,7 +359,7 @@ pub(crate) async fn finish(
     state: &mut SessionState,
     turn_id: TurnId,
     exit: TurnExit,
-    leftover: Leftover,
+    tape: Tape,
 ) -> Result<(), ActorProcessingErr> {
     if state.turn.as_ref().is_none_or(|t| t.turn_id != turn_id) {
         return Ok(());
@@ -374,10 +377,8 @@ pub(crate) async fn finish(
     };
     crate::metrics::record_turn(&label, ran_ms);
     match exit {
-        TurnExit::Ended(outcome) => seal_ended(state, turn, outcome, leftover).await?,
-        TurnExit::Suspended(suspended) => {
-            suspend::park_turn(state, turn, *suspended, leftover).await?
-        }
+        TurnExit::Ended(outcome) => seal_ended(state, turn, outcome, tape).await?,
+        TurnExit::Suspended(suspended) => suspend::park_turn(state, turn, *suspended, tape).await?,
     }
     if !state.pending_close.is_empty() {
         super::close::finalize(myself, state).await?;
@@ -444,8 +445,9 @@ pub(crate) fn ended_events(
     (events, parked)
 }
 
-/// Seals an ended turn: one durable batch with [`ended_events`] (the
-/// leftover of the run's replay `tape` on its first record), the new
+/// Seals an ended turn: one durable batch with the events the turn still
+/// held for its next write, then [`ended_events`] (the leftover of the run's
+/// replay `tape` on the first record), the new
 /// transcript, the turn checkpoint, and the open-turn marker and frame
 /// removed — and the idle session parked in the same batch when a
 /// suspension was pending. Then answers the prompt.
@@ -453,7 +455,7 @@ async fn seal_ended(
     state: &mut SessionState,
     mut turn: RunningTurn,
     outcome: TurnOutcome,
-    mut leftover: Leftover,
+    tape: Tape,
 ) -> Result<(), ActorProcessingErr> {
     let env = Arc::clone(&state.env);
     let session_id = state.record.session_id.clone();
@@ -496,13 +498,11 @@ async fn seal_ended(
     if let Some(suspension) = &parked {
         batch = batch.put_suspension(suspension);
     }
-    let records = leftover.before(stamp(&env, &session_id, Some(&turn.turn_id), now, events));
-    let batch = append_records(
-        batch.put_session(&record),
-        &session_id,
-        &records,
-        &leftover.tape,
-    );
+    // What the turn held for its next write goes first.
+    let records = turn
+        .held
+        .take_before(stamp(&env, &session_id, Some(&turn.turn_id), now, events));
+    let batch = append_records(batch.put_session(&record), &session_id, &records, &tape);
     // The turn's and the suspension's spans end before the commit.
     drop(suspend_span);
     drop(std::mem::replace(&mut turn.span, tracing::Span::none()));

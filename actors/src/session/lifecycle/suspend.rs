@@ -11,7 +11,6 @@
 
 use std::sync::Arc;
 
-use super::super::sink::Leftover;
 use berth_runtime::engine::ExecutionSuspended;
 use berth_runtime::event::{ControlStatus, EventRecord, SessionEvent};
 use berth_runtime::frame::{Frame, ToolOutcomeStatus};
@@ -20,6 +19,7 @@ use berth_runtime::steering::Seam;
 use berth_runtime::suspension::{
     Initiator, ResumeClaim, ResumeClaimKind, SuspendMode, SuspendRequest, Suspension, Wakeup,
 };
+use berth_runtime::tape::Tape;
 use berth_runtime::terminal::{StopReason, Terminal, TerminalKind, TerminalOwner};
 use berth_storage::{Batch, SessionRecord};
 use chrono::{DateTime, Utc};
@@ -370,8 +370,9 @@ pub(crate) fn parked_turn_events(
 }
 
 /// Parks a turn the engine suspended: the envelope (with the checkpointed
-/// frame), [`parked_turn_events`] (the leftover of the run's replay `tape`
-/// on the first), the open-turn marker and frame row removed and the
+/// frame), the events the turn still held for its next write, then
+/// [`parked_turn_events`] (the leftover of the run's replay `tape` on the
+/// first record), the open-turn marker and frame row removed and the
 /// pending request cleared — one durable batch. Then the prompt answers
 /// `end_turn` with terminal `suspended` and the handle, and every waiting
 /// suspend gets the handle.
@@ -383,7 +384,7 @@ pub(crate) async fn park_turn(
     state: &mut SessionState,
     mut turn: RunningTurn,
     suspended: ExecutionSuspended,
-    mut leftover: Leftover,
+    tape: Tape,
 ) -> Result<(), ActorProcessingErr> {
     let now = state.env.config.clock.now();
     let session_id = state.record.session_id.clone();
@@ -402,7 +403,8 @@ pub(crate) async fn park_turn(
             suspend_span = Some(crate::telemetry::suspend_span(suspension, Some(&turn.span)));
         },
     );
-    let records = leftover.before(stamp(
+    // What the turn held for its next write goes first.
+    let records = turn.held.take_before(stamp(
         &state.env,
         &session_id,
         Some(&turn.turn_id),
@@ -413,7 +415,7 @@ pub(crate) async fn park_turn(
         park_batch(&record, &suspension, &[]),
         &session_id,
         &records,
-        &leftover.tape,
+        &tape,
     );
     // Neither the suspend span nor the turn's stays open across the pause:
     // both end before the snapshot is persisted.
