@@ -147,7 +147,7 @@ impl Frame {
 pub fn fingerprint<T: Serialize + ?Sized>(value: &T) -> String {
     let bytes = serde_json::to_vec(value).unwrap_or_default();
     let digest = Sha256::digest(&bytes);
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(digest)
 }
 
 #[cfg(test)]

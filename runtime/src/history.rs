@@ -111,11 +111,7 @@ fn chain(previous: &str, message: &Message) -> String {
     let mut hasher = Sha256::new();
     hasher.update(previous.as_bytes());
     hasher.update(serde_json::to_vec(message).unwrap_or_default());
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(hasher.finalize())
 }
 
 impl Transcript {

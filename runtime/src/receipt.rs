@@ -22,8 +22,6 @@
 //! `resumed_at`, `decided_at`, …) is signed. A change to this encoding must
 //! bump [`RECEIPT_ENCODING`].
 
-use std::fmt::Write as _;
-
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -53,13 +51,13 @@ pub trait Receipt: Serialize + DeserializeOwned + Clone {
     /// was not signed.
     fn signing_bytes(&self) -> Vec<u8> {
         let value = serde_json::to_value(self).unwrap_or(Value::Null);
-        let mut out = String::with_capacity(256);
-        out.push_str(RECEIPT_ENCODING);
-        out.push('\n');
-        out.push_str(Self::KIND);
-        out.push('\n');
+        let mut out = Vec::with_capacity(512);
+        out.extend_from_slice(RECEIPT_ENCODING.as_bytes());
+        out.push(b'\n');
+        out.extend_from_slice(Self::KIND.as_bytes());
+        out.push(b'\n');
         write_canonical(&value, &mut out);
-        out.into_bytes()
+        out
     }
 }
 
@@ -121,6 +119,7 @@ pub struct SuspensionReceipt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<ResumeConditions>,
     /// When the suspension was committed.
+    #[serde(with = "crate::clock::rfc3339")]
     pub suspended_at: DateTime<Utc>,
     /// The parked turn (`None`: the session was idle).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -147,6 +146,7 @@ pub enum TriggerMatch {
     /// `resumeWhen.timeout` elapsed.
     Timeout {
         /// When it was due.
+        #[serde(with = "crate::clock::rfc3339")]
         due_at: DateTime<Utc>,
         /// Its action.
         on_timeout: OnTimeout,
@@ -154,6 +154,7 @@ pub enum TriggerMatch {
     /// A time trigger (`{at}` or `{cron}`) came due.
     Time {
         /// When it was due.
+        #[serde(with = "crate::clock::rfc3339")]
         due_at: DateTime<Utc>,
     },
     /// An external event matched `onEvent` or an event trigger.
@@ -163,6 +164,7 @@ pub enum TriggerMatch {
         /// Its sequence number in the journal's external-event log.
         seq: u64,
         /// When berth received it.
+        #[serde(with = "crate::clock::rfc3339")]
         received_at: DateTime<Utc>,
     },
 }
@@ -189,6 +191,7 @@ pub struct ResumptionReceipt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspension_span_id: Option<String>,
     /// When the suspension it ends was committed.
+    #[serde(with = "crate::clock::rfc3339")]
     pub suspended_at: DateTime<Utc>,
     /// The condition that fired it (`None` for an explicit resume).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -200,6 +203,7 @@ pub struct ResumptionReceipt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_id: Option<TurnId>,
     /// When the claim was committed.
+    #[serde(with = "crate::clock::rfc3339")]
     pub resumed_at: DateTime<Utc>,
 }
 
@@ -265,6 +269,7 @@ pub struct DrainDecisionReceipt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// When the decision was journaled.
+    #[serde(with = "crate::clock::rfc3339")]
     pub decided_at: DateTime<Utc>,
 }
 
@@ -278,42 +283,45 @@ impl Receipt for DrainDecisionReceipt {
 /// values that are equal as JSON give the same string, whatever the key order
 /// they were built or parsed with.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     write_canonical(value, &mut out);
-    out
+    // serde_json writes only UTF-8 (its input strings are `str`).
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// Writes `value` canonically into `out`. Scalars and strings go through
+/// serde_json's own writer (the same bytes its `Display` gives), straight
+/// into `out`: nothing is cloned or formatted twice, which mattered because
+/// every receipt is signed on the hot path of a suspend and a resume.
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
-        Value::Null | Value::Bool(_) | Value::Number(_) => {
-            let _ = write!(out, "{value}");
-        }
-        Value::String(s) => {
-            let _ = write!(out, "{}", Value::String(s.clone()));
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {
+            // Writing JSON scalars into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut *out, value);
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                let _ = write!(out, "{}", Value::String(key.clone()));
-                out.push(':');
-                write_canonical(&map[key], out);
+                let _ = serde_json::to_writer(&mut *out, key);
+                out.push(b':');
+                write_canonical(item, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
     }
 }
@@ -322,13 +330,9 @@ fn write_canonical(value: &Value, out: &mut String) {
 /// hash of a [`ResumptionReceipt`] (and the frame hash of a
 /// [`SuspensionReceipt`]).
 pub fn sha256_of_json(value: &Value) -> String {
-    let digest = Sha256::digest(canonical_json(value).as_bytes());
-    let mut out = String::with_capacity(71);
-    out.push_str("sha256:");
-    for byte in digest {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
+    let mut canonical = Vec::new();
+    write_canonical(value, &mut canonical);
+    format!("sha256:{}", hex::encode(Sha256::digest(&canonical)))
 }
 
 #[cfg(test)]
@@ -336,6 +340,85 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The encoding as first written (through `Display`, cloning each
+    /// string): the bytes every receipt in an existing journal was signed
+    /// over, which the faster writer must reproduce exactly.
+    fn canonical_as_first_written(value: &Value, out: &mut String) {
+        use std::fmt::Write as _;
+        match value {
+            Value::Null | Value::Bool(_) | Value::Number(_) => {
+                let _ = write!(out, "{value}");
+            }
+            Value::String(s) => {
+                let _ = write!(out, "{}", Value::String(s.clone()));
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    canonical_as_first_written(item, out);
+                }
+                out.push(']');
+            }
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, key) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    let _ = write!(out, "{}", Value::String(key.clone()));
+                    out.push(':');
+                    canonical_as_first_written(&map[key], out);
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    #[test]
+    fn canonical_json_is_byte_for_byte_the_first_encoding() {
+        let values = [
+            json!(null),
+            json!(true),
+            json!(-0.0),
+            json!(1.5e300),
+            json!(0.1),
+            json!(u64::MAX),
+            json!(i64::MIN),
+            json!("plain"),
+            json!("quote \" backslash \\ tab \t nl \n cr \r nul \u{0} bell \u{7} del \u{7f}"),
+            json!("é ü 字 😀 \u{2028} \u{2029}"),
+            json!({"b": 1, "a": {"z": [3, {"y": 1, "x": "é\n"}], "c": null}, "é": [], "E": {}, "": ""}),
+            json!([[], {}, [{"k\"ey": "v"}], 1e-7, -12]),
+        ];
+        for value in values {
+            let mut first = String::new();
+            canonical_as_first_written(&value, &mut first);
+            assert_eq!(canonical_json(&value), first, "{value}");
+        }
+        // And a real receipt's signing bytes.
+        let at = DateTime::from_timestamp_nanos(1_764_587_000_123_456_789);
+        let receipt = DrainDecisionReceipt {
+            session_id: SessionId::from("sess_\"x\""),
+            turn_id: Some(TurnId("turn_1".into())),
+            item: DrainedItem::Injection {
+                message_id: "msg_é".into(),
+                mode: Some(InjectMode::Steer),
+            },
+            seam: Some(Seam::TurnStart),
+            action: DrainAction::Delivered,
+            reason: Some("line\nbreak".into()),
+            decided_at: at,
+        };
+        let mut first = format!("{RECEIPT_ENCODING}\n{}\n", DrainDecisionReceipt::KIND);
+        canonical_as_first_written(&serde_json::to_value(&receipt).unwrap(), &mut first);
+        assert_eq!(receipt.signing_bytes(), first.into_bytes());
+    }
 
     #[test]
     fn canonical_json_sorts_keys_at_every_depth() {

@@ -249,11 +249,7 @@ pub fn request_sha256(request: &ModelRequest) -> String {
 }
 
 fn hex_of(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    hex::encode(bytes)
 }
 
 /// One tool execution (or continuation of a suspended call).
