@@ -221,6 +221,7 @@ pub enum SessionEvent {
         /// Who parked it.
         initiator: Initiator,
         /// When it was committed.
+        #[serde(with = "crate::clock::rfc3339")]
         suspended_at: DateTime<Utc>,
         /// What may wake it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -247,6 +248,7 @@ pub enum SessionEvent {
         /// Whether the turn continues its transcript.
         continue_transcript: bool,
         /// When the claim was committed.
+        #[serde(with = "crate::clock::rfc3339")]
         resumed_at: DateTime<Utc>,
         /// The turn that runs now (the parked one continued, or a fresh one).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -311,6 +313,7 @@ impl SessionEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {
     /// When the event was recorded (injected clock).
+    #[serde(with = "crate::clock::rfc3339")]
     pub at: DateTime<Utc>,
     /// The fact.
     pub event: SessionEvent,
@@ -352,5 +355,6 @@ pub struct ControlOutcome {
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub metadata: Value,
     /// When the control was arbitrated (signed with the rest).
+    #[serde(with = "crate::clock::rfc3339")]
     pub decided_at: DateTime<Utc>,
 }

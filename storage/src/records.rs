@@ -31,11 +31,14 @@ pub struct SessionRecord {
     #[serde(default)]
     pub title: Option<String>,
     /// When it was created.
+    #[serde(with = "berth_runtime::clock::rfc3339")]
     pub created_at: DateTime<Utc>,
     /// When anything about it last changed.
+    #[serde(with = "berth_runtime::clock::rfc3339")]
     pub updated_at: DateTime<Utc>,
     /// When it was closed; a closed session refuses prompts.
     #[serde(default)]
+    #[serde(with = "berth_runtime::clock::rfc3339::option")]
     pub closed_at: Option<DateTime<Utc>>,
     /// How many turn checkpoints are applied; checkpoints above it were rolled
     /// back and can be redone (until the next turn discards them).
@@ -99,6 +102,7 @@ pub struct OpenTurn {
     /// The turn.
     pub turn_id: TurnId,
     /// When it started.
+    #[serde(with = "berth_runtime::clock::rfc3339")]
     pub started_at: DateTime<Utc>,
     /// The prompt as the model reads it, so a turn sealed before its first
     /// checkpoint still leaves its prompt in the transcript.

@@ -108,6 +108,7 @@ pub struct Suspension {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
     /// When the suspension was committed.
+    #[serde(with = "crate::clock::rfc3339")]
     pub suspended_at: DateTime<Utc>,
     /// The parked turn's frame; `None` when the session was idle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -152,6 +153,7 @@ pub struct ResumeClaim {
     /// Who took it.
     pub actor: String,
     /// When.
+    #[serde(with = "crate::clock::rfc3339")]
     pub claimed_at: DateTime<Utc>,
 }
 
@@ -176,5 +178,6 @@ pub struct SuspendRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_when: Option<ResumeConditions>,
     /// When it was accepted.
+    #[serde(with = "crate::clock::rfc3339")]
     pub requested_at: DateTime<Utc>,
 }

@@ -19,15 +19,18 @@ pub struct Wakeup {
     pub handle: String,
     /// When the suspension was committed; events received before it never
     /// match it.
+    #[serde(with = "crate::clock::rfc3339")]
     pub suspended_at: DateTime<Utc>,
     /// When `resumeWhen.timeout` elapses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(with = "crate::clock::rfc3339::option")]
     pub timeout_at: Option<DateTime<Utc>>,
     /// The timeout's action and input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<ResumeTimeout>,
     /// When a `{cron}` / `{at}` trigger next fires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(with = "crate::clock::rfc3339::option")]
     pub trigger_at: Option<DateTime<Utc>>,
     /// Event name pattern from `onEvent` (exact, or a trailing `*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -147,6 +150,7 @@ pub struct ExternalEvent {
     #[serde(default)]
     pub data: Value,
     /// When berth accepted it.
+    #[serde(with = "crate::clock::rfc3339")]
     pub received_at: DateTime<Utc>,
     /// Who sent it.
     pub source: String,
