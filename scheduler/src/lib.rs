@@ -171,18 +171,35 @@ impl Scheduler {
     /// Arms the wake-up of `wakeup.session_id` (its due time and event
     /// patterns). Arming the same wake-up twice is harmless.
     pub fn arm(&self, wakeup: &Wakeup) {
-        self.tx.send(Command::Arm(vec![Entry::of(wakeup)]));
+        self.send_arm(vec![Entry::of(wakeup)]);
     }
 
     /// Arms many wake-ups in one command (start-up).
     pub fn arm_all(&self, entries: Vec<Entry>) {
-        self.tx.send(Command::Arm(entries));
+        self.send_arm(entries);
+    }
+
+    /// Sends an arm, waking the thread only if an entry is due before it
+    /// would wake by itself (event patterns are read only by commands that
+    /// queue behind this one, so they need no wake-up).
+    fn send_arm(&self, entries: Vec<Entry>) {
+        match entries.iter().filter_map(|e| e.due_ms).min() {
+            Some(due_ms) => self.tx.send_due(Command::Arm(entries), due_ms),
+            None => self.tx.send_lazy(Command::Arm(entries)),
+        }
     }
 
     /// Drops `wakeup` (its suspension was used up). Give the wake-up the
     /// suspension armed: its due time finds the entry without a scan.
+    ///
+    /// The thread is not woken for it: it applies the disarm, in order, when
+    /// it next wakes, before it looks at what is due (its own due time
+    /// included). Were the wake-up to fire anyway (a burst of commands is
+    /// applied in bounded batches between clock checks), its claim would
+    /// find the suspension used up: the claim is what makes a resume happen
+    /// once; a firing is only a candidate.
     pub fn disarm(&self, wakeup: &Wakeup) {
-        self.tx.send(Command::Disarm(Entry::of(wakeup)));
+        self.tx.send_lazy(Command::Disarm(Entry::of(wakeup)));
     }
 
     /// Arms (or moves) a schedule's next run.
@@ -259,7 +276,7 @@ fn run(
         let command = match armed.next_due_ms() {
             Some(ms) => {
                 let wait_ns = ms.saturating_mul(1_000_000).saturating_sub(now).max(0);
-                match commands.recv_timeout(Duration::from_nanos(wait_ns.unsigned_abs())) {
+                match commands.recv_timeout(Duration::from_nanos(wait_ns.unsigned_abs()), ms) {
                     Ok(command) => command,
                     Err(inbox::Empty::Timeout) => continue,
                     Err(inbox::Empty::Closed) => return,
