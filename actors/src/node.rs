@@ -726,16 +726,20 @@ impl Node {
         ack: tokio::sync::oneshot::Receiver<Result<Vec<EventId>, berth_storage::StorageError>>,
     ) {
         let session_id = &claim.session_id;
-        match ack.await {
-            Ok(Ok(_)) | Ok(Err(berth_storage::StorageError::AlreadyClaimed { .. })) => {}
+        let committed = match ack.await {
+            Ok(Ok(_)) => Some(Box::new(claim.clone())),
+            Ok(Err(berth_storage::StorageError::AlreadyClaimed { .. })) => None,
             Ok(Err(e)) => {
                 tracing::error!(%session_id, error = %e, "a wake-up's claim was not committed; it fires at the next start");
                 return;
             }
             Err(_) => return,
-        }
+        };
         let result = self
-            .call(session_id, |reply| SessionMsg::Claimed { reply })
+            .call(session_id, |reply| SessionMsg::Claimed {
+                committed: committed.clone(),
+                reply,
+            })
             .await
             .and_then(|r| r);
         match result {

@@ -262,6 +262,9 @@ pub enum SessionMsg {
     /// outcome, `None` when nothing was left to complete (a client's resume
     /// won, or it was completed already).
     Claimed {
+        /// The claim as the claimer committed it (`None` when its commit
+        /// found the handle claimed already: the stored claim is read).
+        committed: Option<Box<berth_runtime::suspension::ResumeClaim>>,
         /// The outcome.
         reply: RpcReplyPort<Result<Option<ResumeOutcome>, ControlError>>,
     },
@@ -579,8 +582,9 @@ impl SessionActor {
                 reason,
                 reply,
             } => lifecycle::resume::fail(state, handle, reason, reply).await,
-            SessionMsg::Claimed { reply } => {
-                let outcome = lifecycle::resume::settle_claimed(&myself, state).await;
+            SessionMsg::Claimed { committed, reply } => {
+                let outcome =
+                    lifecycle::resume::settle_claim(&myself, state, committed.map(|c| *c)).await;
                 let _ = reply.send(outcome.transpose());
                 Ok(())
             }

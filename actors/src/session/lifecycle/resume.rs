@@ -120,8 +120,23 @@ pub(crate) async fn settle_claimed(
     myself: &ActorRef<SessionMsg>,
     state: &mut SessionState,
 ) -> Option<Result<ResumeOutcome, ControlError>> {
+    settle_claim(myself, state, None).await
+}
+
+/// [`settle_claimed`], given the claim the claimer just committed
+/// (`committed`), which spares reading it back from the journal when it is
+/// on the current suspension.
+pub(crate) async fn settle_claim(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    committed: Option<ResumeClaim>,
+) -> Option<Result<ResumeOutcome, ControlError>> {
     let suspension = state.suspension.clone()?;
-    let claim = match state.env.journal.resume_claim(&suspension.handle) {
+    let stored = match committed.filter(|claim| claim.handle == suspension.handle) {
+        Some(claim) => Ok(Some(claim)),
+        None => state.env.journal.resume_claim(&suspension.handle),
+    };
+    let claim = match stored {
         Ok(Some(claim)) if claim.session_id == state.record.session_id => claim,
         Ok(_) => return None,
         Err(e) => return Some(Err(e.into())),
