@@ -842,6 +842,31 @@ async fn rollback_and_redo_move_the_transcript_and_the_files() {
         9,
         "4 messages for the first turn, 5 for the second (two tool results)"
     );
+    // `projection_hash` is what a client computes: SHA-256 over the JSON of
+    // every other field with keys sorted at every depth, no whitespace.
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), sorted(&map[k])))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    let mut fields = view["result"].clone();
+    let claimed = fields
+        .as_object_mut()
+        .and_then(|m| m.remove("projection_hash"))
+        .expect("a projection_hash");
+    let digest =
+        <sha2::Sha256 as sha2::Digest>::digest(serde_json::to_vec(&sorted(&fields)).unwrap());
+    assert_eq!(claimed, json!(hex::encode(digest)));
 
     let (r, _) = c
         .exchange("session/rollback", json!({"sessionId": sid}))

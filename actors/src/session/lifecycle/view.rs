@@ -80,13 +80,11 @@ pub(crate) fn view(state: &SessionState) -> Value {
         "messageCount": state.transcript.len(),
         "prefix_hash": state.transcript.fingerprint(),
     });
-    // serde_json objects keep keys sorted, so this encoding is canonical.
-    let canonical = serde_json::to_vec(&view).unwrap_or_default();
-    let hash: String = Sha256::digest(&canonical)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    view["projection_hash"] = json!(hash);
+    // Keys sorted at every depth: this workspace's serde_json keeps objects
+    // in insertion order (`preserve_order`), so its plain encoding is not
+    // the canonical form the doc promises a client can recompute.
+    let canonical = berth_runtime::receipt::canonical_json(&view);
+    view["projection_hash"] = json!(hex::encode(Sha256::digest(canonical.as_bytes())));
     view
 }
 
