@@ -744,6 +744,12 @@ impl Node {
             .and_then(|r| r);
         match result {
             Ok(Some(_)) => log_firing(&firing, Ok(())),
+            // Our claim stood, and a control that lost to it completed the
+            // resume first (as `settle_claimed` lets it); or a client's
+            // resume took the handle before our claim could.
+            Ok(None) if committed.is_some() => {
+                tracing::info!(%session_id, handle = %claim.handle, "wake-up fired; its resume was completed by a control that raced it")
+            }
             Ok(None) => {
                 tracing::info!(%session_id, handle = %claim.handle, "wake-up fired; a client's resume had won the claim")
             }
