@@ -148,13 +148,7 @@ impl<T> Receiver<T> {
             if state.senders == 0 {
                 return None;
             }
-            state.waiting_until = Some(i64::MAX);
-            state = self
-                .0
-                .ready
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-            state.waiting_until = None;
+            state = self.wait(state, i64::MAX, None);
         }
     }
 
@@ -170,29 +164,40 @@ impl<T> Receiver<T> {
             if state.senders == 0 {
                 return Err(Empty::Closed);
             }
-            let Some(left) = deadline.map(|d| d.saturating_duration_since(Instant::now())) else {
+            state = match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
+                Some(left) if left.is_zero() => return Err(Empty::Timeout),
+                Some(left) => self.wait(state, until_ms, Some(left)),
                 // A timeout too long to represent: wait as `recv` does.
-                state.waiting_until = Some(i64::MAX);
-                state = self
-                    .0
-                    .ready
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner);
-                state.waiting_until = None;
-                continue;
+                None => self.wait(state, i64::MAX, None),
             };
-            if left.is_zero() {
-                return Err(Empty::Timeout);
+        }
+    }
+
+    /// Waits for a send (at most `left`, when given), recording meanwhile
+    /// that the receiver wakes by itself at `until_ms`.
+    fn wait<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State<T>>,
+        until_ms: i64,
+        left: Option<Duration>,
+    ) -> MutexGuard<'a, State<T>> {
+        state.waiting_until = Some(until_ms);
+        let mut state = match left {
+            Some(left) => {
+                self.0
+                    .ready
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
             }
-            state.waiting_until = Some(until_ms);
-            state = self
+            None => self
                 .0
                 .ready
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-            state.waiting_until = None;
-        }
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner),
+        };
+        state.waiting_until = None;
+        state
     }
 
     /// The next value if one is queued, without waiting.
