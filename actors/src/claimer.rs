@@ -159,12 +159,10 @@ pub(crate) fn start(
         .spawn(move || {
             // A claim is what a wake-up's lateness is measured to: it must
             // not wait for a time slice behind the turns it wakes.
-            if realtime {
-                log_timer_priority(
-                    "claimer",
-                    &berth_scheduler::realtime::raise_current_thread().map(|()| true),
-                );
-            }
+            log_timer_priority(
+                "claimer",
+                &berth_scheduler::realtime::raise_current_thread_if(realtime),
+            );
             while let Some(fired) = fired.blocking_recv() {
                 let job = match fired {
                     Fired::Wakeup(due) => {

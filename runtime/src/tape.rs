@@ -245,11 +245,7 @@ pub fn request_sha256(request: &ModelRequest) -> String {
     hasher.update(history.as_bytes());
     hasher.update(b"\0");
     hasher.update(&rest);
-    format!("sha256:{}", hex_of(&hasher.finalize()))
-}
-
-fn hex_of(bytes: &[u8]) -> String {
-    hex::encode(bytes)
+    format!("sha256:{}", hex::encode(hasher.finalize()))
 }
 
 /// One tool execution (or continuation of a suspended call).
@@ -711,7 +707,7 @@ steps = [{ text = "partial" }, { delay_ms = 60000 }, { text = "never" }]
             hasher.update(b"berth.model_request.v1\0");
             hasher.update(b"\0");
             hasher.update(&rest);
-            let expected = format!("sha256:{}", hex_of(&hasher.finalize()));
+            let expected = format!("sha256:{}", hex::encode(hasher.finalize()));
             assert_eq!(request_sha256(&req), expected);
         }
     }

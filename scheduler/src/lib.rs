@@ -146,12 +146,7 @@ impl Scheduler {
         let thread = std::thread::Builder::new()
             .name("berth-scheduler".into())
             .spawn(move || {
-                let raised = if realtime {
-                    realtime::raise_current_thread().map(|()| true)
-                } else {
-                    Ok(false)
-                };
-                let _ = raised_tx.send(raised);
+                let _ = raised_tx.send(realtime::raise_current_thread_if(realtime));
                 run(&*clock, &rx, &fired);
             })
             .expect("spawn the scheduler thread");

@@ -48,6 +48,16 @@ pub fn raise_current_thread() -> Result<(), String> {
     })
 }
 
+/// [`raise_current_thread`] when `wanted` (the `realtime_timers` setting):
+/// `Ok(true)` raised, `Ok(false)` not asked, `Err` refused (why).
+pub fn raise_current_thread_if(wanted: bool) -> Result<bool, String> {
+    if wanted {
+        raise_current_thread().map(|()| true)
+    } else {
+        Ok(false)
+    }
+}
+
 /// Whether the calling thread runs at a real-time priority.
 pub fn current_thread_is_realtime() -> bool {
     matches!(

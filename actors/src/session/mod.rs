@@ -362,27 +362,23 @@ impl SessionState {
         let now = self.env.config.clock.now();
         let session_id = &self.record.session_id;
         let turn_id = self.turn.as_ref().map(|t| &t.turn_id);
-        let records = receipt::stamp(&self.env, session_id, turn_id, now, events);
         // What the running turn holds was decided first: it is recorded first.
-        let held = self.turn.as_ref().map(|turn| &turn.held);
-        let (records, held_count) = match held {
-            Some(held) => {
-                let taken = held.take();
-                let count = taken.len();
-                let mut all = taken;
-                all.extend(records);
-                (all, count)
-            }
-            None => (records, 0),
-        };
+        let mut records = self
+            .turn
+            .as_ref()
+            .map(|turn| turn.held.take())
+            .unwrap_or_default();
+        let held = records.len();
+        records.extend(receipt::stamp(&self.env, session_id, turn_id, now, events));
         let batch = records.iter().fold(batch, |b, r| b.append(session_id, r));
         let ids = match self.env.journal.commit(batch).await {
             Ok(ids) => ids,
             Err(e) => {
                 // Nothing was written: the turn's held records wait for its
                 // next write, as before.
-                if let Some(held) = held {
-                    held.put_back(records.into_iter().take(held_count).collect());
+                if let Some(turn) = &self.turn {
+                    records.truncate(held);
+                    turn.held.put_back(records);
                 }
                 return Err(e.into());
             }
