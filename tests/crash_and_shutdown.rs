@@ -563,3 +563,95 @@ fn a_buffered_scheduled_run_survives_sigkill_and_runs_after_the_restart() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+const WAKE: &str = r#"
+[[rules]]
+match = "wake"
+steps = [ { text = "woke" } ]
+"#;
+
+/// SIGKILL in the middle of a burst of timer wake-ups: some claims are
+/// durable with their resume still held for the turn's first write (see
+/// `berth_actors::claimer`), some resumes are sealed, some wake-ups have not
+/// fired. After the restart every suspension is resumed exactly once
+/// (cause `timeout`), every woken session ends exactly one turn, and each
+/// session's log is contiguous.
+#[test]
+fn wake_ups_cut_off_by_sigkill_resume_exactly_once_after_the_restart() {
+    const N: u64 = 150;
+    let (_dir, data, cwd, script) = workspace(WAKE);
+    let mut server = Server::start(&data, &script);
+    server.send(1, "initialize", json!({"protocolVersion": 1}));
+    server.until(1);
+    let sids: Vec<String> = (0..N).map(|i| server.new_session(10 + i, &cwd)).collect();
+    // In windows within the connection's in-flight limit (64).
+    for window in (0..N).collect::<Vec<_>>().chunks(50) {
+        for &i in window {
+            let timeout = json!({"durationMinutes": 0.005, "onTimeout": "resume_with_input", "input": "wake up"});
+            server.send(
+                1000 + i,
+                "session/suspend",
+                json!({"sessionId": sids[i as usize], "resumeWhen": {"timeout": timeout}}),
+            );
+        }
+        let mut answered = 0;
+        while answered < window.len() {
+            let frame = server.next();
+            if frame["id"].as_u64().is_some_and(|id| id >= 1000) {
+                assert!(frame["result"]["handle"].is_string(), "{frame}");
+                answered += 1;
+            }
+        }
+    }
+    // The burst (300 ms after the suspends) is under way: kill it.
+    while server.next()["params"]["type"] != "resumed" {}
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    drop(server);
+
+    let mut server = Server::start(&data, &script);
+    server.send(1, "initialize", json!({"protocolVersion": 1}));
+    server.until(1);
+    let mut id = 2;
+    let settled = (0..400).any(|_| {
+        // Every page of `session/list`.
+        let (mut sessions, mut cursor) = (Vec::new(), Value::Null);
+        loop {
+            id += 1;
+            server.send(id, "session/list", json!({"cursor": cursor}));
+            let (_, list) = server.until(id);
+            sessions.extend(list["result"]["sessions"].as_array().unwrap().clone());
+            cursor = list["result"]["nextCursor"].clone();
+            if cursor.is_null() {
+                break;
+            }
+        }
+        let idle = sessions.iter().all(|s| {
+            let meta = &s["_meta"]["berth"];
+            meta["state"] == "idle" && meta["activePrompt"] == false
+        });
+        if !idle {
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        idle && sessions.len() == N as usize
+    });
+    assert!(settled, "every woken session settles after the restart");
+    for sid in &sids {
+        id += 1;
+        server.send(id, "session/load", json!({"sessionId": sid}));
+        let (replayed, _) = server.until(id);
+        let ids: Vec<u64> = replayed.iter().map(event_id).collect();
+        assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "{sid}");
+        let of = |kind: &str| {
+            replayed
+                .iter()
+                .filter(|n| n["params"]["type"] == kind)
+                .collect::<Vec<_>>()
+        };
+        let resumed = of("resumed");
+        assert_eq!(resumed.len(), 1, "{sid}: {resumed:?}");
+        assert_eq!(resumed[0]["params"]["event"]["cause"], "timeout");
+        assert_eq!(of("turn_ended").len(), 1, "{sid}");
+        assert_eq!(of("resumption_receipt").len(), 1, "{sid}");
+    }
+}

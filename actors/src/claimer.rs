@@ -22,11 +22,18 @@
 //!    (its `resumedAt` is the claim's time) and starts what it resumes, as an
 //!    explicit resume does. Once the claim is durable the node sends the
 //!    actor [`SessionMsg::Claimed`](crate::session::SessionMsg::Claimed), so
-//!    this happens at once.
+//!    this happens at once. Nothing waits on these writes and none of them
+//!    can be refused, so they are not committed on their own: they ride
+//!    with the resumed turn's first write (`Prelude::held` in
+//!    `session::lifecycle::prompt`), which for a model that answers at once
+//!    is its seal — one commit for resume, turn and seal. A model that keeps
+//!    the turn waiting gets them written while it waits. Watchers hear of
+//!    `resumed` once it is durable, as always.
 //!
 //! Only a claim the claimer took can sit beside its suspension: every other
 //! claim (a resume, a cancel, a close, a `fail` timeout) removes the
-//! suspension in its own batch. A crash between the phases loses nothing:
+//! suspension in its own batch. A crash between the phases (or before the
+//! woken turn's first write) loses nothing:
 //! the wake-up row is still there, so the next start re-arms it, it fires at
 //! once, its claim is refused as already taken by the scheduler on this very
 //! handle, and the actor is told to complete it.

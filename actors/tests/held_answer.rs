@@ -1,22 +1,31 @@
-//! A model answer that completed at once is held for the turn's next write
-//! (`TurnSink::emit_with_next_write`). What the session journals meanwhile
-//! (a steer accepted while the turn is past its answer) is recorded after
-//! that answer, never before it.
+//! What a running turn holds for its next write: a model answer that
+//! completed at once (`TurnSink::emit_with_next_write`), and the start of a
+//! turn a wake-up resumed (its claim is durable; the rest of its resume rides
+//! with the turn's first write). What the session journals meanwhile (a
+//! steer accepted while the turn is past its answer) is recorded after what
+//! was held, never before it.
 
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use berth_actors::node::NewSession;
+use berth_actors::node::{NewSession, SuspendParams};
 use berth_actors::{Node, NodeConfig};
 use berth_runtime::content::Prompt;
 use berth_runtime::directives::{CompletionJudge, Directive};
+use berth_runtime::ids::SessionId;
 use berth_runtime::model::scripted::ScriptedModel;
+use berth_runtime::suspension::{
+    Initiator, OnTimeout, ResumeConditions, ResumeTimeout, SuspendMode,
+};
 use serde_json::json;
 
 const SCRIPT: &str = r#"
 [[rules]]
 match = "answer"
 steps = [{ text = "the answer" }]
+[[rules]]
+match = "woken"
+steps = [{ text = "awake" }]
 "#;
 
 /// A judge that, at the answer's end, tells the test and waits for it: the
@@ -39,18 +48,37 @@ impl CompletionJudge for Gate {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_steer_accepted_after_a_held_answer_is_recorded_after_it() {
-    let dir = tempfile::tempdir().unwrap();
+/// A node whose turns stop at the end of their answer until released.
+async fn gated_node(data: &std::path::Path) -> (Node, mpsc::Receiver<()>, mpsc::Sender<()>) {
     let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:held").unwrap();
-    let mut config = NodeConfig::new(dir.path().join("data"), Arc::new(model));
+    let mut config = NodeConfig::new(data, Arc::new(model));
     let (reached_tx, reached) = mpsc::channel();
     let (release, release_rx) = mpsc::channel();
     config.completion_judge = Some(Arc::new(Gate {
         reached: Mutex::new(reached_tx),
         release: Mutex::new(release_rx),
     }));
-    let node = Node::start(config).await.unwrap();
+    (Node::start(config).await.unwrap(), reached, release)
+}
+
+/// The kinds of the session's journaled events, in order.
+fn kinds(node: &Node, id: &SessionId) -> Vec<&'static str> {
+    let events = node.journal().events(id, 0).unwrap();
+    events.iter().map(|(_, r)| r.event.type_name()).collect()
+}
+
+/// Where `kind` first is in `kinds`.
+fn at(kinds: &[&str], kind: &str) -> usize {
+    kinds
+        .iter()
+        .position(|k| *k == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {kinds:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_accepted_after_a_held_answer_is_recorded_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, reached, release) = gated_node(&dir.path().join("data")).await;
     let id = node
         .new_session(NewSession::in_dir(dir.path().to_path_buf()))
         .await
@@ -71,18 +99,104 @@ async fn a_steer_accepted_after_a_held_answer_is_recorded_after_it() {
     release.send(()).unwrap();
     prompt.await.unwrap().unwrap();
 
-    let events = node.journal().events(&id, 0).unwrap();
-    let kinds: Vec<&str> = events.iter().map(|(_, r)| r.event.type_name()).collect();
-    let at = |kind: &str| {
-        kinds
-            .iter()
-            .position(|k| *k == kind)
-            .unwrap_or_else(|| panic!("no {kind} in {kinds:?}"))
-    };
+    let kinds = kinds(&node, &id);
     assert!(
-        at("agent_message_chunk") < at("injection_accepted"),
+        at(&kinds, "agent_message_chunk") < at(&kinds, "injection_accepted"),
         "the answer is recorded before the steer accepted after it: {kinds:?}"
     );
-    assert!(at("injection_accepted") < at("turn_ended"), "{kinds:?}");
+    assert!(
+        at(&kinds, "injection_accepted") < at(&kinds, "turn_ended"),
+        "{kinds:?}"
+    );
+    node.shutdown().await;
+}
+
+/// A wake-up's resume: the claim is durable at once; the `resumed`, the
+/// turn's start and its answer are not written until the turn's next write
+/// (here: a steer accepted while the turn is past its answer), and then
+/// before it; the turn's seal follows. Exactly one of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_ups_resume_rides_with_its_turns_first_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, reached, release) = gated_node(&dir.path().join("data")).await;
+    let id = node
+        .new_session(NewSession::in_dir(dir.path().to_path_buf()))
+        .await
+        .unwrap()
+        .session_id;
+    let parked = node
+        .suspend(
+            &id,
+            SuspendParams {
+                mode: SuspendMode::FinishStep,
+                reason: None,
+                resume_when: Some(ResumeConditions {
+                    timeout: Some(ResumeTimeout {
+                        // 120 ms.
+                        duration_minutes: 0.002,
+                        on_timeout: OnTimeout::ResumeWithInput,
+                        input: Some(json!("woken")),
+                    }),
+                    ..Default::default()
+                }),
+                actor: "test".into(),
+                initiator: Initiator::Client,
+                require_running: false,
+            },
+        )
+        .await
+        .unwrap();
+    tokio::task::spawn_blocking(move || reached.recv_timeout(Duration::from_secs(20)))
+        .await
+        .unwrap()
+        .expect("the woken turn reached the end of its answer");
+    let claim = node.journal().resume_claim(&parked.handle).unwrap();
+    assert!(
+        claim.is_some_and(|c| c.actor == "scheduler"),
+        "the wake-up's claim is durable before its turn runs"
+    );
+    let held = kinds(&node, &id);
+    assert!(
+        !held.contains(&"resumed") && !held.contains(&"turn_started"),
+        "the resume and the turn's start ride with its next write: {held:?}"
+    );
+    node.inject(&id, "steer", &json!("one more thing"), "test")
+        .await
+        .unwrap();
+    let steered = kinds(&node, &id);
+    let order = [
+        "resumed",
+        "turn_started",
+        "agent_message_chunk",
+        "injection_accepted",
+    ];
+    for pair in order.windows(2) {
+        assert!(
+            at(&steered, pair[0]) < at(&steered, pair[1]),
+            "{} before {}: {steered:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    release.send(()).unwrap();
+    for _ in 0..400 {
+        if node.journal().open_turn(&id).unwrap().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let all = kinds(&node, &id);
+    for kind in ["resumed", "turn_started", "turn_ended"] {
+        assert_eq!(
+            all.iter().filter(|k| **k == kind).count(),
+            1,
+            "one {kind}: {all:?}"
+        );
+    }
+    assert!(
+        at(&all, "injection_accepted") < at(&all, "turn_ended"),
+        "{all:?}"
+    );
+    assert!(node.journal().suspension(&id).unwrap().is_none());
     node.shutdown().await;
 }

@@ -414,7 +414,8 @@ impl TurnSink for Ledger {
 }
 
 #[tokio::test]
-async fn a_completed_answer_is_held_for_the_next_write_and_flushed_before_the_next_model_call() {
+async fn a_completed_answer_is_held_for_the_next_write_even_across_a_model_call_that_answers_at_once(
+) {
     let dir = tempfile::tempdir().unwrap();
     let sink = Ledger::default();
     let out = tokio::time::timeout(
@@ -432,19 +433,17 @@ async fn a_completed_answer_is_held_for_the_next_write_and_flushed_before_the_ne
     assert_eq!(out.terminal.kind, TerminalKind::Completed);
     // The scripted model answers at once, so each answer's deltas are held:
     // the thought rides on the tool batch's announcement, the final text on
-    // the turn's exit (nothing emits it here), and every model call starts
-    // with a flush.
+    // the turn's exit (nothing emits it here). Nothing is flushed: no model
+    // call had to be waited for.
     assert_eq!(
         *sink.0.lock().unwrap(),
         [
-            "flush",
             "hold agent_thought_chunk",
             "emit tool_call",
             "checkpoint Tools",
             "emit tool_call_update",
             "emit tool_call_update",
             "checkpoint Provider",
-            "flush",
             "hold agent_message_chunk",
         ]
     );
@@ -492,12 +491,56 @@ async fn what_streams_while_the_model_still_answers_is_emitted_at_once() {
     .expect("turn hung")
     .ended()
     .expect("the turn suspended");
+    // The first delta's write carries whatever was held: no flush of its own.
     assert_eq!(
         *sink.0.lock().unwrap(),
-        [
-            "flush",
-            "emit agent_message_chunk",
-            "hold agent_message_chunk"
-        ]
+        ["emit agent_message_chunk", "hold agent_message_chunk"]
+    );
+}
+
+/// A model that keeps the turn waiting before it answers anything.
+#[derive(Debug)]
+struct LateAnswer;
+
+#[async_trait]
+impl ModelProvider for LateAnswer {
+    fn name(&self) -> &str {
+        "late-answer"
+    }
+    async fn complete(
+        &self,
+        _req: &ModelRequest,
+        deltas: mpsc::UnboundedSender<ModelDelta>,
+    ) -> Result<ModelResponse, ModelError> {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _ = deltas.send(ModelDelta::Text("hello".into()));
+        Ok(ModelResponse {
+            text: "hello".into(),
+            tool_calls: vec![],
+            stop: ModelStop::EndTurn,
+            usage: Usage::default(),
+        })
+    }
+}
+
+#[tokio::test]
+async fn what_is_held_is_flushed_while_a_model_call_is_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Ledger::default();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        run_turn(
+            &spec(dir.path(), "hi", 10),
+            &deps(Arc::new(LateAnswer)),
+            &sink,
+        ),
+    )
+    .await
+    .expect("turn hung")
+    .ended()
+    .expect("the turn suspended");
+    assert_eq!(
+        *sink.0.lock().unwrap(),
+        ["flush", "hold agent_message_chunk"]
     );
 }

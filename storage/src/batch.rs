@@ -35,6 +35,8 @@ pub(crate) enum Op {
     },
     OpenTurn {
         id: String,
+        /// The turn opened (what a fence names).
+        turn: String,
         value: Vec<u8>,
     },
     CloseTurn {
@@ -111,12 +113,20 @@ impl Batch {
     }
 
     /// Appends `other`'s writes after this batch's; `other`'s fence or claim,
-    /// when set, replaces this one's.
+    /// when set, replaces this one's. A fence on a turn that this batch
+    /// itself opens ([`Batch::open_turn`]) is dropped: the merged batch opens
+    /// that turn, so the turn is the session's open turn when its writes
+    /// apply (a running turn's first write carrying its held start).
     pub fn merge(mut self, other: Batch) -> Self {
-        self.ops.extend(other.ops);
-        if other.fence.is_some() {
-            self.fence = other.fence;
+        let opened_here = |fence: &(String, String)| {
+            self.ops.iter().any(|op| {
+                matches!(op, Op::OpenTurn { id, turn, .. } if *id == fence.0 && *turn == fence.1)
+            })
+        };
+        if let Some(fence) = other.fence.filter(|f| !opened_here(f)) {
+            self.fence = Some(fence);
         }
+        self.ops.extend(other.ops);
         if other.claim.is_some() {
             self.claim = other.claim;
         }
@@ -294,6 +304,7 @@ impl Batch {
     pub fn open_turn(mut self, turn: &OpenTurn) -> Self {
         self.ops.push(Op::OpenTurn {
             id: turn.session_id.0.clone(),
+            turn: turn.turn_id.0.clone(),
             value: json(turn),
         });
         self

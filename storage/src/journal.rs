@@ -33,6 +33,25 @@ pub const JOURNAL_FORMAT: u64 = 2;
 /// The `meta` key holding the journal format.
 pub(crate) const FORMAT_KEY: &str = "format_version";
 
+/// A batch queued for a group commit ([`Journal::submit`]).
+#[derive(Debug)]
+#[must_use = "the write is only known to be durable once `durable` returns Ok"]
+pub struct Queued(Option<oneshot::Receiver<Result<Vec<EventId>, StorageError>>>);
+
+impl Queued {
+    /// Waits until the batch is durable; returns the event ids assigned to
+    /// its appends, in order (none for an empty batch).
+    ///
+    /// # Errors
+    /// As [`Journal::commit`]: nothing of the batch was written.
+    pub async fn durable(self) -> Result<Vec<EventId>, StorageError> {
+        match self.0 {
+            None => Ok(Vec::new()),
+            Some(done) => done.await.map_err(|_| StorageError::WriterStopped)?,
+        }
+    }
+}
+
 /// How the journal commits, caches, and with which keys.
 #[derive(Debug, Clone)]
 pub struct JournalOptions {
@@ -232,15 +251,29 @@ impl Journal {
     /// batch whose turn is no longer open, and [`StorageError::AlreadyClaimed`]
     /// for a batch whose [claim](Batch::claim) lost to an earlier one.
     pub async fn commit(&self, batch: Batch) -> Result<Vec<EventId>, StorageError> {
+        self.submit(batch).await?.durable().await
+    }
+
+    /// Queues `batch` for the next group commit and returns once it is
+    /// queued (waiting only for room in the writer's queue), not once it is
+    /// durable: await [`Queued::durable`] for what [`Journal::commit`]
+    /// returns. Batches commit in the order they were queued, so a caller
+    /// that queues while holding a lock orders its write before those of
+    /// the lock's later holders. Dropping the [`Queued`] does not cancel the
+    /// write.
+    ///
+    /// # Errors
+    /// [`StorageError::WriterStopped`].
+    pub async fn submit(&self, batch: Batch) -> Result<Queued, StorageError> {
         if batch.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Queued(None));
         }
         let (ack, done) = oneshot::channel();
         self.sender()?
             .send(Request { batch, ack })
             .await
             .map_err(|_| StorageError::WriterStopped)?;
-        done.await.map_err(|_| StorageError::WriterStopped)?
+        Ok(Queued(Some(done)))
     }
 
     /// Queues `batch` for the next group commit from a thread outside the

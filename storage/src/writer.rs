@@ -282,7 +282,7 @@ pub(crate) fn apply_all<'g>(
                 Op::PutTranscriptMessage { id, index, value } => {
                     transcripts.insert((id.as_str(), *index), value.as_slice())?;
                 }
-                Op::OpenTurn { id, value } => {
+                Op::OpenTurn { id, value, .. } => {
                     open_turns.insert(id.as_str(), value.as_slice())?;
                 }
                 Op::CloseTurn { id } => {

@@ -203,3 +203,52 @@ async fn fenced_batches_land_only_while_their_turn_is_open() {
     assert_eq!(b.unwrap(), vec![1]);
     assert_eq!(j.last_event_id(&sid).unwrap(), 1);
 }
+
+/// A held turn start merged into the turn's first (fenced) write: the
+/// fence is satisfied by the batch itself, which opens that turn; a fence
+/// on any other turn still holds.
+#[tokio::test]
+async fn a_batch_that_opens_a_turn_carries_that_turns_fenced_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::open(&dir.path().join("j.redb"), JournalOptions::default()).unwrap();
+    let sid = SessionId::from("s");
+    let open = |turn: &str| OpenTurn {
+        session_id: sid.clone(),
+        turn_id: TurnId::from(turn),
+        started_at: at(),
+        prompt_text: String::new(),
+    };
+    let fenced = |turn: &str, text: &str| {
+        Batch::new()
+            .fenced_by_turn(&sid, &TurnId::from(turn))
+            .append(&sid, &chunk(text))
+    };
+    let start = |turn: &str| {
+        Batch::new()
+            .open_turn(&open(turn))
+            .append(&sid, &chunk("started"))
+    };
+    // Fenced by another turn than the one the start opens: refused whole.
+    let err = j
+        .commit(start("turn_1").merge(fenced("turn_0", "stale")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, berth_storage::StorageError::Fenced { .. }),
+        "{err}"
+    );
+    assert_eq!(j.last_event_id(&sid).unwrap(), 0);
+    assert!(j.open_turn(&sid).unwrap().is_none());
+    // Fenced by the turn it opens: lands, start first.
+    let ids = j
+        .commit(start("turn_1").merge(fenced("turn_1", "first write")))
+        .await
+        .unwrap();
+    assert_eq!(ids, vec![1, 2]);
+    assert_eq!(j.open_turn(&sid).unwrap().unwrap().turn_id.0, "turn_1");
+    // Merged the other way round the fence is checked before the open.
+    assert!(j
+        .commit(fenced("turn_2", "early").merge(start("turn_2")))
+        .await
+        .is_err());
+}

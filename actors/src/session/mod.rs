@@ -19,6 +19,7 @@ use berth_runtime::history::Transcript;
 use berth_runtime::ids::{EventId, SessionId, TurnId};
 use berth_runtime::steering::Injection;
 use berth_runtime::suspension::{OverlapPolicy, Schedule, Suspension, Wakeup};
+use berth_runtime::tape::Tape;
 use berth_runtime::tools::{ProcessGroups, ProcessLedger};
 use berth_scheduler::Scheduler;
 use berth_storage::{Batch, Journal, SessionRecord};
@@ -362,25 +363,17 @@ impl SessionState {
         let now = self.env.config.clock.now();
         let session_id = &self.record.session_id;
         let turn_id = self.turn.as_ref().map(|t| &t.turn_id);
+        let records = receipt::stamp(&self.env, session_id, turn_id, now, events);
         // What the running turn holds was decided first: it is recorded first.
-        let mut records = self
-            .turn
-            .as_ref()
-            .map(|turn| turn.held.take())
-            .unwrap_or_default();
-        let held = records.len();
-        records.extend(receipt::stamp(&self.env, session_id, turn_id, now, events));
-        let batch = records.iter().fold(batch, |b, r| b.append(session_id, r));
-        let ids = match self.env.journal.commit(batch).await {
-            Ok(ids) => ids,
-            Err(e) => {
-                // Nothing was written: the turn's held records wait for its
-                // next write, as before.
-                if let Some(turn) = &self.turn {
-                    records.truncate(held);
-                    turn.held.put_back(records);
-                }
-                return Err(e.into());
+        let (ids, records) = match &self.turn {
+            Some(turn) => {
+                turn.held
+                    .write(&self.env.journal, session_id, batch, records, Tape::default)
+                    .await?
+            }
+            None => {
+                let batch = records.iter().fold(batch, |b, r| b.append(session_id, r));
+                (self.env.journal.commit(batch).await?, records)
             }
         };
         self.watchers.publish(

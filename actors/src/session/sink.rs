@@ -1,14 +1,17 @@
 //! The turn's sink: journal first, then watchers.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use berth_runtime::engine::{PermissionDecision, PermissionRequest, SinkError, TurnSink};
 use berth_runtime::event::{EventRecord, SessionEvent};
 use berth_runtime::frame::Frame;
+use berth_runtime::ids::EventId;
 use berth_runtime::ids::{SessionId, TurnId};
+use berth_runtime::tape::Tape;
 use berth_runtime::tape::TapeRecorder;
-use berth_storage::Batch;
+use berth_storage::{Batch, Journal, StorageError};
+use tokio::sync::Mutex;
 
 use super::receipt::{append_records, stamp};
 use super::SessionEnv;
@@ -33,46 +36,108 @@ pub(crate) struct JournalSink {
     held: Held,
 }
 
-/// Records a running turn has stamped but not yet written (see
-/// [`TurnSink::emit_with_next_write`]), oldest first. Shared by the turn's
-/// sink and the session actor: whichever writes for the session next takes
-/// them and writes them first, so nothing the session journals meanwhile (a
-/// steer accepted, a suspend requested) is recorded before them.
+/// What a running turn has decided but not yet written, shared by the
+/// turn's sink and the session actor: records stamped for the turn's next
+/// write ([`TurnSink::emit_with_next_write`]) and, for a turn whose start was
+/// held ([`Held::starting`]), its start. Whichever of them writes for the
+/// session next carries what is held, first, through [`Held::write`], which
+/// queues its batch before letting go of what is held: the session's writes
+/// are journaled in the order they were decided (a steer accepted after an
+/// answer completed is recorded after it).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Held(Arc<Mutex<Vec<EventRecord>>>);
+pub(crate) struct Held(Arc<Mutex<Pending>>);
+
+/// See [`Held`].
+#[derive(Debug, Default)]
+struct Pending {
+    /// A held start: its writes (its records already appended) and its
+    /// records, in order.
+    start: Option<(Batch, Vec<EventRecord>)>,
+    /// Records stamped for the next write, oldest first.
+    records: Vec<EventRecord>,
+}
 
 impl Held {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<EventRecord>> {
-        // A poisoned lock only means a panic elsewhere; the records are intact.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    /// What a turn whose start is not written yet holds: `batch` (the
+    /// start's writes, which open the turn, with `records` appended) is
+    /// written first by the turn's first write. For a start nothing waits
+    /// on: a wake-up's resume, whose claim is already durable. A turn whose
+    /// model answers at once then journals its start, answer and seal in one
+    /// commit; one whose model must be waited for writes its start while it
+    /// waits (see `berth_runtime::engine`, `call_model`).
+    pub fn starting(batch: Batch, records: Vec<EventRecord>) -> Self {
+        Self(Arc::new(Mutex::new(Pending {
+            start: Some((batch, records)),
+            records: Vec::new(),
+        })))
     }
 
-    /// Takes the held records, leaving none.
-    pub fn take(&self) -> Vec<EventRecord> {
-        std::mem::take(&mut *self.lock())
+    async fn hold(&self, records: Vec<EventRecord>) {
+        self.0.lock().await.records.extend(records);
     }
 
-    /// The held records, then `records`; holds none after.
-    pub fn take_before(&self, records: Vec<EventRecord>) -> Vec<EventRecord> {
-        let mut all = self.take();
-        all.extend(records);
-        all
+    async fn is_empty(&self) -> bool {
+        let pending = self.0.lock().await;
+        pending.start.is_none() && pending.records.is_empty()
     }
 
-    /// Puts `records`, taken by a write that then failed, back before
-    /// whatever was held since, so the next write still records them first.
-    pub fn put_back(&self, records: Vec<EventRecord>) {
-        let mut held = self.lock();
-        let later = std::mem::replace(&mut *held, records);
-        held.extend(later);
-    }
-
-    fn hold(&self, records: Vec<EventRecord>) {
-        self.lock().extend(records);
-    }
-
-    fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+    /// Commits what is held, then `batch` with `records` appended, as one
+    /// batch: the held start's writes first (a fence on the turn it opens is
+    /// then satisfied by the batch itself, see [`Batch::merge`]), then the
+    /// held records and `records`, with `tape` on the first of them. The
+    /// batch is queued before anything else can take what is held. Returns
+    /// the ids and the records written (the start's, the held ones, then
+    /// `records`), to publish once durable.
+    ///
+    /// # Errors
+    /// The journal's error; nothing was written, and what was held is held
+    /// again, before anything held since.
+    pub async fn write(
+        &self,
+        journal: &Journal,
+        session_id: &SessionId,
+        batch: Batch,
+        records: Vec<EventRecord>,
+        tape: impl FnOnce() -> Tape,
+    ) -> Result<(Vec<EventId>, Vec<EventRecord>), StorageError> {
+        let mut pending = self.0.lock().await;
+        let (start_batch, start_records) = pending.start.take().unzip();
+        let mut written = start_records.unwrap_or_default();
+        let start_len = written.len();
+        let held_len = pending.records.len();
+        let mut appended = std::mem::take(&mut pending.records);
+        appended.extend(records);
+        let base = start_batch.clone().unwrap_or_default();
+        let tape = if appended.is_empty() {
+            Tape::default()
+        } else {
+            tape()
+        };
+        let batch = append_records(base.merge(batch), session_id, &appended, &tape);
+        let outcome = match journal.submit(batch).await {
+            Ok(queued) => {
+                drop(pending);
+                queued.durable().await
+            }
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(ids) => {
+                written.extend(appended);
+                Ok((ids, written))
+            }
+            Err(e) => {
+                let mut pending = self.0.lock().await;
+                if let Some(batch) = start_batch {
+                    written.truncate(start_len);
+                    pending.start = Some((batch, written));
+                }
+                appended.truncate(held_len);
+                let later = std::mem::replace(&mut pending.records, appended);
+                pending.records.extend(later);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -107,33 +172,28 @@ impl JournalSink {
         )
     }
 
-    /// Journals the held records, then `events` (each stamped at its own
-    /// clock reading; a delivery or drop goes with its signed drain receipt;
-    /// the tape rides on the first record) and `frame` in one fenced batch,
-    /// then publishes the records to the watchers once durable.
+    /// Journals what is held, then `events` (each stamped at its own clock
+    /// reading; a delivery or drop goes with its signed drain receipt; the
+    /// tape rides on the first record) and `frame` in one fenced batch, then
+    /// publishes the records to the watchers once durable.
     async fn journal_then_publish(
         &self,
         events: Vec<SessionEvent>,
         frame: Option<&Frame>,
     ) -> Result<(), SinkError> {
-        let mut records = self.held.take();
+        let mut records = Vec::new();
         for event in events {
             records.extend(self.stamped(event));
         }
-        let tape = self.tape.take();
-        let mut batch = append_records(
-            Batch::new().fenced_by_turn(&self.session_id, &self.turn_id),
-            &self.session_id,
-            &records,
-            &tape,
-        );
+        let mut batch = Batch::new().fenced_by_turn(&self.session_id, &self.turn_id);
         if let Some(frame) = frame {
             batch = batch.put_frame(frame);
         }
-        let ids = self
-            .env
-            .journal
-            .commit(batch)
+        let (ids, records) = self
+            .held
+            .write(&self.env.journal, &self.session_id, batch, records, || {
+                self.tape.take()
+            })
             .await
             .map_err(|e| SinkError(e.to_string()))?;
         self.watchers.publish(
@@ -151,12 +211,12 @@ impl TurnSink for JournalSink {
     }
 
     async fn emit_with_next_write(&self, event: SessionEvent) -> Result<(), SinkError> {
-        self.held.hold(self.stamped(event));
+        self.held.hold(self.stamped(event)).await;
         Ok(())
     }
 
     async fn flush(&self) -> Result<(), SinkError> {
-        if self.held.is_empty() {
+        if self.held.is_empty().await {
             return Ok(());
         }
         self.journal_then_publish(Vec::new(), None).await
@@ -196,18 +256,6 @@ impl TurnSink for JournalSink {
     }
 
     async fn checkpoint(&self, frame: &Frame) -> Result<(), SinkError> {
-        if !self.held.is_empty() {
-            return self.journal_then_publish(Vec::new(), Some(frame)).await;
-        }
-        self.env
-            .journal
-            .commit(
-                Batch::new()
-                    .fenced_by_turn(&self.session_id, &self.turn_id)
-                    .put_frame(frame),
-            )
-            .await
-            .map(drop)
-            .map_err(|e| SinkError(e.to_string()))
+        self.journal_then_publish(Vec::new(), Some(frame)).await
     }
 }

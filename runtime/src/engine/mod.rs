@@ -49,7 +49,9 @@ pub trait TurnSink: Send + Sync {
     /// tool batch's announcement or the turn's exit, so the answer costs one
     /// commit instead of two. As with [`TurnSink::emit`], no watcher hears of
     /// the event before that write is durable. The engine calls
-    /// [`TurnSink::flush`] before the model is asked again; a journaling sink
+    /// [`TurnSink::flush`] when a model call keeps it waiting (a model that
+    /// answers at once, like the scripted one, leaves what is held for the
+    /// write after its answer); a journaling sink
     /// also flushes before a client is asked to approve a call, and puts
     /// held events first in whatever else the session writes meanwhile (a
     /// steer accepted), so nothing decided after them is recorded before

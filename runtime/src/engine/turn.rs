@@ -561,8 +561,6 @@ impl<'a> Turn<'a> {
         &mut self,
         iteration: u32,
     ) -> Result<Result<ModelResponse, crate::model::ModelError>, Exit> {
-        // What an earlier answer left held is durable before the model is asked again.
-        self.sink.flush().await?;
         let request = ModelRequest {
             session_id: self.spec.session_id.clone(),
             turn_id: self.spec.turn_id.clone(),
@@ -587,6 +585,11 @@ impl<'a> Turn<'a> {
             .instrument(span.clone());
         tokio::pin!(call);
         let mut streamed = String::new();
+        // What the sink holds (an earlier answer's tail, the turn's start)
+        // is written while the model is waited for, so a model that answers
+        // at once (the scripted one) costs no commit of its own: its answer
+        // rides with what is held on the turn's next write.
+        let mut flushed = false;
         let result = loop {
             tokio::select! {
                 biased;
@@ -599,7 +602,15 @@ impl<'a> Turn<'a> {
                 // An answer that is complete goes first: the deltas it left
                 // queued then ride on the turn's next write.
                 result = &mut call => break result,
-                Some(delta) = rx.recv() => self.sink.emit(Self::streamed(delta, &mut streamed)).await?,
+                // A delta's write carries what was held.
+                Some(delta) = rx.recv() => {
+                    self.sink.emit(Self::streamed(delta, &mut streamed)).await?;
+                    flushed = true;
+                }
+                () = std::future::ready(()), if !flushed => {
+                    flushed = true;
+                    self.sink.flush().await?;
+                }
             }
         };
         spans::model_result(&span, &result);

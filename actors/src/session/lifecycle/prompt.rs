@@ -23,7 +23,7 @@ use futures::FutureExt;
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::Instrument;
 
-use super::super::receipt::{append_records, stamp, Stamper};
+use super::super::receipt::{stamp, Stamper};
 use super::super::sink::{Held, JournalSink};
 use super::super::{RunningTurn, SessionMsg, SessionState};
 use super::suspend;
@@ -59,6 +59,13 @@ pub(crate) struct Prelude {
     /// The new turn's id, when the prelude's events already name it (a
     /// resume's `resumed`); otherwise one is generated.
     pub turn_id: Option<TurnId>,
+    /// Whether the start may be written with the turn's first write
+    /// ([`Held::starting`]) instead of before the turn runs: only when
+    /// nothing waits on it being durable and nothing in it can be refused
+    /// (a wake-up's resume, whose claim is already durable). A crash before
+    /// that write leaves the claimed suspension, which the next start
+    /// resumes again.
+    pub held: bool,
 }
 
 /// Accepts a prompt. Refuses with `SessionClosed` / `SessionSuspended` /
@@ -149,17 +156,30 @@ pub(crate) async fn begin(
             b.append(&session_id, e)
         })
         .open_turn(&open);
-    let ids = match env.journal.commit(batch).await {
-        Ok(ids) => ids,
-        Err(e) => return Err((e.into(), reply)),
+    let held = if prelude.held {
+        Held::starting(batch, events)
+    } else {
+        let ids = match env.journal.commit(batch).await {
+            Ok(ids) => ids,
+            Err(e) => return Err((e.into(), reply)),
+        };
+        state.watchers.publish(
+            &session_id,
+            ids.into_iter().zip(events.into_iter().map(Arc::new)),
+        );
+        Held::default()
     };
     state.record = record;
     state.transcript.extend(prelude.transcript);
-    state.watchers.publish(
-        &session_id,
-        ids.into_iter().zip(events.into_iter().map(Arc::new)),
+    spawn(
+        myself,
+        state,
+        turn_id.clone(),
+        prompt,
+        Run::Fresh,
+        reply,
+        held,
     );
-    spawn(myself, state, turn_id.clone(), prompt, Run::Fresh, reply);
     Ok(turn_id)
 }
 
@@ -259,11 +279,11 @@ pub(crate) fn spawn(
     prompt: Prompt,
     run: Run,
     reply: Option<PromptReply>,
+    held: Held,
 ) {
     let control = Arc::new(TurnControl::default());
     let (spec, deps) = turn_setup(state, turn_id.clone(), prompt, &control);
     let (deps, tape) = taped(&spec, deps);
-    let held = Held::default();
     let sink = JournalSink::new(
         Arc::clone(&state.env),
         state.record.session_id.clone(),
@@ -498,16 +518,23 @@ async fn seal_ended(
     if let Some(suspension) = &parked {
         batch = batch.put_suspension(suspension);
     }
-    // What the turn held for its next write goes first.
-    let records = turn
-        .held
-        .take_before(stamp(&env, &session_id, Some(&turn.turn_id), now, events));
-    let batch = append_records(batch.put_session(&record), &session_id, &records, &tape);
+    let records = stamp(&env, &session_id, Some(&turn.turn_id), now, events);
     // The turn's and the suspension's spans end before the commit.
     drop(suspend_span);
     drop(std::mem::replace(&mut turn.span, tracing::Span::none()));
-    match env.journal.commit(batch).await {
-        Ok(ids) => {
+    // What the turn held for its next write goes first.
+    let written = turn
+        .held
+        .write(
+            &env.journal,
+            &session_id,
+            batch.put_session(&record),
+            records,
+            || tape,
+        )
+        .await;
+    match written {
+        Ok((ids, records)) => {
             state.record = record;
             state.transcript.extend(outcome.turn_messages);
             state.last_control = Some(Arc::clone(&turn.control));

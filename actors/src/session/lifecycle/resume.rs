@@ -25,8 +25,9 @@ use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{json, Value};
 use tracing::Instrument;
 
-use super::super::receipt::{receipt, rejected};
+use super::super::receipt::{receipt, rejected, stamp};
 use super::super::seal::seal_parked;
+use super::super::sink::Held;
 use super::super::{SessionMsg, SessionState};
 use super::prompt::{self, Prelude, Run};
 use crate::error::{ControlError, ResumeConflict};
@@ -301,10 +302,19 @@ async fn wake(
                 .put_session(&record)
                 .open_turn(&open)
                 .put_frame(&frame);
-            state
-                .record_with(batch, events)
-                .await
-                .map_err(|e| conflict(&session_id, &handle, e))?;
+            // A wake-up's claim is durable: the rest of its resume rides
+            // with the turn's first write (see `Prelude::held`).
+            let held = if taken.is_some() {
+                let records = stamp(&state.env, &session_id, None, now, events);
+                let batch = records.iter().fold(batch, |b, r| b.append(&session_id, r));
+                Held::starting(batch, records)
+            } else {
+                state
+                    .record_with(batch, events)
+                    .await
+                    .map_err(|e| conflict(&session_id, &handle, e))?;
+                Held::default()
+            };
             state.record = record;
             state.unpark();
             let input = ResumeInput {
@@ -321,6 +331,7 @@ async fn wake(
                     input,
                 },
                 None,
+                held,
             );
             Ok(outcome(Some(turn_id)))
         }
@@ -339,6 +350,7 @@ async fn wake(
                 events: vec![],
                 transcript: vec![],
                 turn_id: Some(fresh.clone()),
+                held: taken.is_some(),
             };
             if let Some(frame) = &frame {
                 let terminal = Terminal {

@@ -27,7 +27,7 @@ use ractor::{ActorProcessingErr, RpcReplyPort};
 use serde_json::json;
 
 use super::super::receipt::{
-    append_records, control_outcome_at, receipt, rejected, signed_outcome, stamp, suspend_drained,
+    control_outcome_at, receipt, rejected, signed_outcome, stamp, suspend_drained,
     suspension_receipt, Stamper,
 };
 use super::super::seal::seal_parked;
@@ -403,26 +403,24 @@ pub(crate) async fn park_turn(
             suspend_span = Some(crate::telemetry::suspend_span(suspension, Some(&turn.span)));
         },
     );
-    // What the turn held for its next write goes first.
-    let records = turn.held.take_before(stamp(
-        &state.env,
-        &session_id,
-        Some(&turn.turn_id),
-        now,
-        events,
-    ));
-    let batch = append_records(
-        park_batch(&record, &suspension, &[]),
-        &session_id,
-        &records,
-        &tape,
-    );
+    let records = stamp(&state.env, &session_id, Some(&turn.turn_id), now, events);
     // Neither the suspend span nor the turn's stays open across the pause:
     // both end before the snapshot is persisted.
     drop(suspend_span);
     drop(std::mem::replace(&mut turn.span, tracing::Span::none()));
-    match state.env.journal.commit(batch).await {
-        Ok(ids) => {
+    // What the turn held for its next write goes first.
+    let written = turn
+        .held
+        .write(
+            &state.env.journal,
+            &session_id,
+            park_batch(&record, &suspension, &[]),
+            records,
+            || tape,
+        )
+        .await;
+    match written {
+        Ok((ids, records)) => {
             state.record = record;
             state.last_control = Some(Arc::clone(&turn.control));
             state.watchers.publish(
