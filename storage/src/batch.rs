@@ -99,6 +99,9 @@ pub struct Batch {
     pub(crate) fence: Option<(String, String)>,
     /// The handle this batch claims (see [`Batch::claim`]).
     pub(crate) claim: Option<PendingClaim>,
+    /// `(session id, handle)`: commit only while that is the session's
+    /// suspension (see [`Batch::completing_suspension`]).
+    pub(crate) suspension: Option<(String, String)>,
 }
 
 fn json<T: Serialize>(value: &T) -> Vec<u8> {
@@ -129,6 +132,9 @@ impl Batch {
         self.ops.extend(other.ops);
         if other.claim.is_some() {
             self.claim = other.claim;
+        }
+        if other.suspension.is_some() {
+            self.suspension = other.suspension;
         }
         self
     }
@@ -169,6 +175,19 @@ impl Batch {
             handle: claim.handle.clone(),
             value: json(claim),
         });
+        self
+    }
+
+    /// Makes the batch conditional on the session's suspension: it commits
+    /// only while `handle` is the session's stored suspension; otherwise the
+    /// whole batch is refused with
+    /// [`StorageError::SuspensionGone`](crate::StorageError::SuspensionGone).
+    /// The completion of a resume whose claim is already durable carries it
+    /// (with [`Batch::delete_suspension`]), so that of two completions of one
+    /// claimed suspension (a stale task of a failed actor and its restarted
+    /// successor) exactly one lands. Checked after the fence and the claim.
+    pub fn completing_suspension(mut self, session: &SessionId, handle: &str) -> Self {
+        self.suspension = Some((session.0.clone(), handle.to_owned()));
         self
     }
 

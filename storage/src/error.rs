@@ -44,6 +44,17 @@ pub enum StorageError {
         /// The fenced turn.
         turn_id: String,
     },
+    /// A batch that completes a suspension
+    /// ([`Batch::completing_suspension`](crate::Batch::completing_suspension))
+    /// found it no longer the session's: another write completed, cancelled
+    /// or replaced it first. Nothing was written.
+    #[error("suspension {handle} of session {session_id} is no longer the session's (it was completed first); the write was refused")]
+    SuspensionGone {
+        /// The session.
+        session_id: String,
+        /// The suspension's handle.
+        handle: String,
+    },
     /// A batch claiming a suspension handle ([`Batch::claim`](crate::Batch::claim))
     /// lost: the handle was already claimed, by an earlier commit or by an
     /// earlier batch of the same group commit. Nothing of the batch was

@@ -186,12 +186,37 @@ fn existing_claim(
         })
 }
 
-/// Checks a batch's preconditions (its fence, then its claim) without writing;
-/// `Some` is the refusal of a batch that must write nothing.
+/// Whether `handle` is the session's stored suspension. Reads only the
+/// stored envelope's `handle` (the rest, a parked frame included, is skipped).
+fn suspension_holds(
+    suspensions: &redb::Table<&str, &[u8]>,
+    session: &str,
+    handle: &str,
+) -> Result<bool, StorageError> {
+    #[derive(serde::Deserialize)]
+    struct Handle {
+        handle: String,
+    }
+    let Some(stored) = suspensions.get(session)? else {
+        return Ok(false);
+    };
+    let stored: Handle =
+        serde_json::from_slice(stored.value()).map_err(|e| StorageError::Corrupt {
+            table: "suspensions",
+            key: session.to_owned(),
+            message: e.to_string(),
+        })?;
+    Ok(stored.handle == handle)
+}
+
+/// Checks a batch's preconditions (its fence, then its claim, then its
+/// suspension) without writing; `Some` is the refusal of a batch that must
+/// write nothing.
 fn refusal(
     batch: &Batch,
     open_turns: &redb::Table<&str, &[u8]>,
     resume_claims: &redb::Table<&str, &[u8]>,
+    suspensions: &redb::Table<&str, &[u8]>,
 ) -> Result<Option<StorageError>, StorageError> {
     if let Some((session, turn)) = &batch.fence {
         if !fence_holds(open_turns, session, turn)? {
@@ -206,6 +231,14 @@ fn refusal(
             return Ok(Some(StorageError::AlreadyClaimed {
                 handle: handle.clone(),
                 existing: Box::new(existing),
+            }));
+        }
+    }
+    if let Some((session, handle)) = &batch.suspension {
+        if !suspension_holds(suspensions, session, handle)? {
+            return Ok(Some(StorageError::SuspensionGone {
+                session_id: session.clone(),
+                handle: handle.clone(),
             }));
         }
     }
@@ -246,7 +279,7 @@ pub(crate) fn apply_all<'g>(
     let mut tips: HashMap<&str, (u64, [u8; 32])> = HashMap::new();
     let mut out = Vec::with_capacity(group.len());
     for request in group {
-        if let Some(refused) = refusal(&request.batch, &open_turns, &resume_claims)? {
+        if let Some(refused) = refusal(&request.batch, &open_turns, &resume_claims, &suspensions)? {
             out.push(Err(refused));
             continue;
         }

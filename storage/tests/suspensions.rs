@@ -354,3 +354,42 @@ async fn suspensions_and_claims_survive_reopen() {
         "{err}"
     );
 }
+
+/// A claimed suspension is completed at most once: two completions racing
+/// (one queued by a failed actor's stale turn, one by its successor), in
+/// separate commits or folded into one group, and only the first lands.
+#[tokio::test]
+async fn a_suspension_is_completed_once_whoever_races_to_complete_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = open(&dir);
+    let sid = SessionId::from("s");
+    let complete = |handle: &str, text: &str| {
+        Batch::new()
+            .completing_suspension(&sid, handle)
+            .delete_suspension(&sid)
+            .append(&sid, &chunk(text))
+    };
+    // Not the session's suspension (none stored): refused, nothing written.
+    let err = j.commit(complete("susp_1", "early")).await.unwrap_err();
+    assert!(matches!(err, StorageError::SuspensionGone { .. }), "{err}");
+    j.commit(Batch::new().put_suspension(&parked("s", "susp_1")))
+        .await
+        .unwrap();
+    // Another handle than the stored one: refused.
+    assert!(matches!(
+        j.commit(complete("susp_0", "stale")).await,
+        Err(StorageError::SuspensionGone { .. })
+    ));
+    // Two completions in one group: the first lands, the second is refused.
+    let (a, b) = tokio::join!(
+        j.commit(complete("susp_1", "first")),
+        j.commit(complete("susp_1", "second"))
+    );
+    let landed = [a.is_ok(), b.is_ok()];
+    assert_eq!(landed.iter().filter(|ok| **ok).count(), 1, "{landed:?}");
+    assert!(j.suspension(&sid).unwrap().is_none());
+    assert_eq!(texts(&j, &sid).len(), 1);
+    // And later: refused.
+    assert!(j.commit(complete("susp_1", "late")).await.is_err());
+    assert_eq!(texts(&j, &sid).len(), 1);
+}

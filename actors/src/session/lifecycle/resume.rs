@@ -255,8 +255,10 @@ async fn wake(
         json!({"sessionId": session_id, "handle": handle}),
         None,
     );
+    // A claim already taken is completed at most once: of two completions
+    // (a failed actor's stale turn and its successor's), one lands.
     let prelude_batch = match taken {
-        Some(_) => Batch::new(),
+        Some(_) => Batch::new().completing_suspension(&session_id, &handle),
         None => Batch::new().claim(&claim),
     }
     .delete_suspension(&session_id);
