@@ -104,6 +104,22 @@ pub struct Batch {
     pub(crate) suspension: Option<(String, String)>,
 }
 
+impl Op {
+    /// Whether this op, applied after `earlier` in one transaction, leaves
+    /// nothing of `earlier`'s effect: both write the same row, and this one
+    /// overwrites or removes it. Only whole-row puts are ever superseded.
+    fn supersedes(&self, earlier: &Op) -> bool {
+        match (self, earlier) {
+            (Op::PutSession { id, .. }, Op::PutSession { id: before, .. })
+            | (Op::OpenTurn { id, .. } | Op::CloseTurn { id }, Op::OpenTurn { id: before, .. })
+            | (Op::PutFrame { id, .. } | Op::DeleteFrame { id }, Op::PutFrame { id: before, .. }) => {
+                id == before
+            }
+            _ => false,
+        }
+    }
+}
+
 fn json<T: Serialize>(value: &T) -> Vec<u8> {
     // Our record types serialize infallibly (no maps with non-string keys).
     serde_json::to_vec(value).unwrap_or_default()
@@ -119,7 +135,10 @@ impl Batch {
     /// when set, replaces this one's. A fence on a turn that this batch
     /// itself opens ([`Batch::open_turn`]) is dropped: the merged batch opens
     /// that turn, so the turn is the session's open turn when its writes
-    /// apply (a running turn's first write carrying its held start).
+    /// apply (a running turn's first write carrying its held start). A
+    /// write of this batch that `other` overwrites or removes (a session
+    /// record stored again, a turn opened then closed, a frame stored then
+    /// deleted) is dropped: the transaction ends the same without it.
     pub fn merge(mut self, other: Batch) -> Self {
         let opened_here = |fence: &(String, String)| {
             self.ops.iter().any(|op| {
@@ -129,6 +148,8 @@ impl Batch {
         if let Some(fence) = other.fence.filter(|f| !opened_here(f)) {
             self.fence = Some(fence);
         }
+        self.ops
+            .retain(|op| !other.ops.iter().any(|later| later.supersedes(op)));
         self.ops.extend(other.ops);
         if other.claim.is_some() {
             self.claim = other.claim;
@@ -369,5 +390,66 @@ impl Batch {
             id: session.0.clone(),
         });
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(session: &str, turn: &str) -> OpenTurn {
+        OpenTurn {
+            session_id: SessionId::from(session),
+            turn_id: TurnId::from(turn),
+            started_at: chrono::DateTime::from_timestamp_millis(0).unwrap_or_default(),
+            prompt_text: String::new(),
+        }
+    }
+
+    fn kinds(batch: &Batch) -> Vec<String> {
+        batch
+            .ops
+            .iter()
+            .map(|op| {
+                format!("{op:?}")
+                    .split([' ', '{'])
+                    .next()
+                    .unwrap_or("")
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_merge_drops_the_writes_the_merged_batch_overwrites_or_removes() {
+        let s = SessionId::from("s");
+        let mut start = Batch::new()
+            .delete_suspension(&s)
+            .open_turn(&open("s", "t1"));
+        start.ops.push(Op::PutFrame {
+            id: "s".into(),
+            value: b"{}".to_vec(),
+        });
+        let seal = Batch::new()
+            .fenced_by_turn(&s, &TurnId::from("t1"))
+            .delete_frame(&s)
+            .close_turn(&s);
+        let merged = start.merge(seal);
+        assert_eq!(
+            kinds(&merged),
+            ["DeleteSuspension", "DeleteFrame", "CloseTurn"]
+        );
+        assert!(merged.fence.is_none(), "the batch opened the fenced turn");
+        // Another session's rows, and a turn opened after a close, stay.
+        let t = SessionId::from("t");
+        let kept = Batch::new()
+            .close_turn(&s)
+            .open_turn(&open("t", "t2"))
+            .merge(Batch::new().open_turn(&open("s", "t3")));
+        assert_eq!(kinds(&kept), ["CloseTurn", "OpenTurn", "OpenTurn"]);
+        let closed = Batch::new()
+            .open_turn(&open("t", "t2"))
+            .merge(Batch::new().close_turn(&t));
+        assert_eq!(kinds(&closed), ["CloseTurn"]);
     }
 }
