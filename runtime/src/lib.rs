@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod budget;
+pub mod canonical;
 pub mod clock;
 pub mod content;
 pub mod directives;

@@ -28,6 +28,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+pub use crate::canonical::canonical_json;
+
 use crate::ids::{SessionId, TurnId};
 use crate::steering::{InjectMode, Seam};
 use crate::suspension::{Initiator, OnTimeout, ResumeCause, ResumeConditions, SuspendMode};
@@ -50,13 +52,16 @@ pub trait Receipt: Serialize + DeserializeOwned + Clone {
     /// would compute the same bytes, so nothing would verify by accident that
     /// was not signed.
     fn signing_bytes(&self) -> Vec<u8> {
-        let value = serde_json::to_value(self).unwrap_or(Value::Null);
         let mut out = Vec::with_capacity(512);
         out.extend_from_slice(RECEIPT_ENCODING.as_bytes());
         out.push(b'\n');
         out.extend_from_slice(Self::KIND.as_bytes());
         out.push(b'\n');
-        write_canonical(&value, &mut out);
+        let body = out.len();
+        if crate::canonical::write_serialized(self, &mut out).is_err() {
+            out.truncate(body);
+            out.extend_from_slice(b"null");
+        }
         out
     }
 }
@@ -277,61 +282,12 @@ impl Receipt for DrainDecisionReceipt {
     const KIND: &'static str = "drain_decision";
 }
 
-/// Canonical JSON: object keys sorted (by their UTF-8 bytes, which is code
-/// point order), no insignificant whitespace, strings escaped as serde_json
-/// escapes them, numbers in serde_json's shortest round-trip form. Two
-/// values that are equal as JSON give the same string, whatever the key order
-/// they were built or parsed with.
-pub fn canonical_json(value: &Value) -> String {
-    let mut out = Vec::new();
-    write_canonical(value, &mut out);
-    // serde_json writes only UTF-8 (its input strings are `str`).
-    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-}
-
-/// Writes `value` canonically into `out`. Scalars and strings go through
-/// serde_json's own writer (the same bytes its `Display` gives), straight
-/// into `out`: nothing is cloned or formatted twice, which mattered because
-/// every receipt is signed on the hot path of a suspend and a resume.
-fn write_canonical(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {
-            // Writing JSON scalars into a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut *out, value);
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                let _ = serde_json::to_writer(&mut *out, key);
-                out.push(b':');
-                write_canonical(item, out);
-            }
-            out.push(b'}');
-        }
-    }
-}
-
 /// `sha256:<64 hex>` of the [`canonical_json`] of `value`: the resume input
 /// hash of a [`ResumptionReceipt`] (and the frame hash of a
 /// [`SuspensionReceipt`]).
 pub fn sha256_of_json(value: &Value) -> String {
     let mut canonical = Vec::new();
-    write_canonical(value, &mut canonical);
+    crate::canonical::write_value(value, &mut canonical);
     format!("sha256:{}", hex::encode(Sha256::digest(&canonical)))
 }
 
@@ -433,6 +389,98 @@ mod tests {
         assert_eq!(sha256_of_json(&a), sha256_of_json(&b));
         assert_ne!(sha256_of_json(&a), sha256_of_json(&json!({"b": 2})));
         assert!(sha256_of_json(&a).starts_with("sha256:") && sha256_of_json(&a).len() == 71);
+    }
+
+    /// The signing bytes as every stored receipt was signed: the receipt's
+    /// `Value` first, then written canonically.
+    fn signing_bytes_through_value<R: Receipt>(receipt: &R) -> Vec<u8> {
+        let mut out = format!("{RECEIPT_ENCODING}\n{}\n", R::KIND).into_bytes();
+        let value = serde_json::to_value(receipt).unwrap_or(Value::Null);
+        crate::canonical::write_value(&value, &mut out);
+        out
+    }
+
+    #[test]
+    fn signing_bytes_are_those_every_stored_receipt_was_signed_over() {
+        use crate::suspension::{ResumeTimeout, TriggerSpec};
+        let at = DateTime::from_timestamp_millis(1_700_000_000_123).unwrap();
+        let leap = DateTime::from_timestamp(1_483_228_799, 1_500_000_000).unwrap();
+        let suspension = SuspensionReceipt {
+            handle: "susp_1".into(),
+            session_id: SessionId::from("sess_1"),
+            initiator: Initiator::Client,
+            actor: "acp:1".into(),
+            mode: SuspendMode::FinishStep,
+            reason: Some("waits \"for\" CI — é".into()),
+            conditions: Some(ResumeConditions {
+                on_event: Some("ci.*".into()),
+                trigger: Some(TriggerSpec::Cron {
+                    cron: "0 9 * * 1-5".into(),
+                    timezone: Some("Europe/Berlin".into()),
+                }),
+                timeout: Some(ResumeTimeout {
+                    duration_minutes: 1.0 / 60.0,
+                    on_timeout: OnTimeout::ResumeWithInput,
+                    input: Some(json!({"z": [1, 2.5, null], "a": {"y": "x", "b": true}})),
+                }),
+            }),
+            suspended_at: leap,
+            turn_id: Some(TurnId::from("turn_1")),
+            frame_sha256: Some("sha256:00".into()),
+            span_id: None,
+        };
+        assert_eq!(
+            suspension.signing_bytes(),
+            signing_bytes_through_value(&suspension)
+        );
+        for trigger in [
+            None,
+            Some(TriggerMatch::Timeout {
+                due_at: at,
+                on_timeout: OnTimeout::Fail,
+            }),
+            Some(TriggerMatch::Time { due_at: leap }),
+            Some(TriggerMatch::Event {
+                name: "ci.passed".into(),
+                seq: 7,
+                received_at: at,
+            }),
+        ] {
+            let resumption = ResumptionReceipt {
+                handle: "susp_1".into(),
+                session_id: SessionId::from("sess_1"),
+                cause: ResumeCause::Timeout,
+                actor: "scheduler".into(),
+                input_sha256: Some("sha256:ab".into()),
+                continue_transcript: true,
+                suspension_span_id: Some("00f067aa0ba902b7".into()),
+                suspended_at: at,
+                trigger,
+                lateness_ms: Some(3),
+                turn_id: None,
+                resumed_at: at,
+            };
+            assert_eq!(
+                resumption.signing_bytes(),
+                signing_bytes_through_value(&resumption)
+            );
+        }
+        let outcome = crate::event::ControlOutcome {
+            session_id: "sess_1".into(),
+            control_id: "ctl_1".into(),
+            method: "session/inject".into(),
+            outcome: "accepted".into(),
+            status: crate::event::ControlStatus::Accepted,
+            actor: "acp:1".into(),
+            target: json!({"sessionId": "sess_1", "messageId": "msg_1"}),
+            reason: None,
+            metadata: json!({"role": "controller", "needed": ["a", {"d": 1, "c": 0}]}),
+            decided_at: at,
+        };
+        assert_eq!(
+            outcome.signing_bytes(),
+            signing_bytes_through_value(&outcome)
+        );
     }
 
     #[test]
