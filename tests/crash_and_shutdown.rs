@@ -655,3 +655,100 @@ fn wake_ups_cut_off_by_sigkill_resume_exactly_once_after_the_restart() {
         assert_eq!(of("resumption_receipt").len(), 1, "{sid}");
     }
 }
+
+const PARK_MID_BATCH: &str = r#"
+[[rules]]
+match = "park me"
+steps = [
+  { tool_calls = [
+    { name = "shell", arguments = { command = "sleep 0.5" } },
+    { name = "shell", arguments = { command = "echo ran >> runs.txt; sleep 0.3" } },
+  ] },
+  { text = "batch done" },
+]
+"#;
+
+/// A parked turn with an unstarted call, woken by its timer: the woken
+/// turn's start is durable before the call runs (a tool acts outside the
+/// journal), so a SIGKILL the moment the call has started leaves the turn
+/// known to be open: it is sealed at the restart and the call never runs a
+/// second time.
+#[test]
+fn a_call_a_woken_turn_started_before_a_sigkill_is_not_run_again() {
+    let (_dir, data, cwd, script) = workspace(PARK_MID_BATCH);
+    let mut server = Server::start(&data, &script);
+    server.send(1, "initialize", json!({"protocolVersion": 1}));
+    server.until(1);
+    let sid = server.new_session(2, &cwd);
+    server.send(
+        3,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "park me"}]}),
+    );
+    while server.next()["params"]["update"]["status"] != "in_progress" {}
+    // The first call is running: park before the second starts, for 1 s.
+    let timeout =
+        json!({"durationMinutes": 1.0 / 60.0, "onTimeout": "resume_with_input", "input": "go on"});
+    server.send(
+        4,
+        "session/suspend",
+        json!({"sessionId": sid, "mode": "interrupt_immediate", "resumeWhen": {"timeout": timeout}}),
+    );
+    let mut answered = Vec::new();
+    while answered.len() < 2 {
+        let frame = server.next();
+        if let Some(id) = frame["id"].as_u64() {
+            answered.push((id, frame));
+        }
+    }
+    let prompt = answered.iter().find(|(id, _)| *id == 3).unwrap();
+    assert_eq!(
+        prompt.1["result"]["_meta"]["berth"]["terminal"]["kind"], "suspended",
+        "{}",
+        prompt.1
+    );
+    let runs = cwd.join("runs.txt");
+    assert!(!runs.exists(), "the second call waits for the wake-up");
+    // The wake-up dispatches the unstarted call: kill the moment it runs.
+    let started = std::time::Instant::now();
+    while !runs.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the call never ran"
+        );
+        std::hint::spin_loop();
+    }
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    drop(server);
+
+    let mut server = Server::start(&data, &script);
+    server.send(1, "initialize", json!({"protocolVersion": 1}));
+    server.until(1);
+    let mut id = 1;
+    let idle = (0..200).any(|_| {
+        id += 1;
+        server.send(id, "_berth/session.get", json!({"sessionId": sid}));
+        let meta = server.until(id).1["result"]["session"]["_meta"]["berth"].clone();
+        let idle = meta["state"] == "idle" && meta["activePrompt"] == false;
+        if !idle {
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        idle
+    });
+    assert!(idle, "the session settles after the restart");
+    let ran = std::fs::read_to_string(&runs).unwrap();
+    assert_eq!(
+        ran.lines().count(),
+        1,
+        "the started call ran again: {ran:?}"
+    );
+    id += 1;
+    server.send(id, "session/load", json!({"sessionId": sid}));
+    let (replayed, _) = server.until(id);
+    let resumed = replayed
+        .iter()
+        .filter(|n| n["params"]["type"] == "resumed")
+        .count();
+    assert_eq!(resumed, 1);
+}

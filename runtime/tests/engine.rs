@@ -433,14 +433,15 @@ async fn a_completed_answer_is_held_for_the_next_write_even_across_a_model_call_
     assert_eq!(out.terminal.kind, TerminalKind::Completed);
     // The scripted model answers at once, so each answer's deltas are held:
     // the thought rides on the tool batch's announcement, the final text on
-    // the turn's exit (nothing emits it here). Nothing is flushed: no model
-    // call had to be waited for.
+    // the turn's exit (nothing emits it here). No model call had to be
+    // waited for; the one flush is the engine's before tools run.
     assert_eq!(
         *sink.0.lock().unwrap(),
         [
             "hold agent_thought_chunk",
             "emit tool_call",
             "checkpoint Tools",
+            "flush",
             "emit tool_call_update",
             "emit tool_call_update",
             "checkpoint Provider",

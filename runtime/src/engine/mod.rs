@@ -64,8 +64,10 @@ pub trait TurnSink: Send + Sync {
         self.emit(event).await
     }
 
-    /// Makes durable now what [`TurnSink::emit_with_next_write`] holds, and
-    /// does nothing when it holds nothing (the default).
+    /// Makes durable now what the sink holds (what
+    /// [`TurnSink::emit_with_next_write`] held; a journaling sink may also
+    /// hold the turn's start), and does nothing when it holds nothing (the
+    /// default). The engine calls it before any tool runs.
     ///
     /// # Errors
     /// [`SinkError`] as for [`TurnSink::emit`].

@@ -814,6 +814,10 @@ impl<'a> Turn<'a> {
         unstarted: Vec<ToolCallRequest>,
         resume: Option<&ResumeInput>,
     ) -> Result<(), Exit> {
+        // A tool acts outside the journal: what the sink holds (a woken
+        // turn's start) is durable before one runs, so that after a crash
+        // the call is known to have been started and is never run again.
+        self.sink.flush().await?;
         let ctx = ToolContext {
             cwd: self.spec.cwd.clone(),
             additional_directories: self.spec.additional_directories.clone(),
