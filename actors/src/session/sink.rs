@@ -32,7 +32,7 @@ pub(crate) struct JournalSink {
     pub watchers: Arc<Watchers>,
     /// The run's replay tape.
     pub tape: TapeRecorder,
-    /// Records stamped but not yet written (shared with the actor).
+    /// What the turn holds for its next write (shared with the actor).
     held: Held,
 }
 
@@ -64,7 +64,8 @@ impl Held {
     /// on: a wake-up's resume, whose claim is already durable. A turn whose
     /// model answers at once then journals its start, answer and seal in one
     /// commit; one whose model must be waited for writes its start while it
-    /// waits (see `berth_runtime::engine`, `call_model`).
+    /// waits, and every turn writes it before a tool runs (the engine's
+    /// [`TurnSink::flush`] calls).
     pub fn starting(batch: Batch, records: Vec<EventRecord>) -> Self {
         Self(Arc::new(Mutex::new(Pending {
             start: Some((batch, records)),
