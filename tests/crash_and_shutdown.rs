@@ -60,6 +60,14 @@ impl Server {
         }
     }
 
+    /// [`Server::start`], then `initialize` (request id 1) answered.
+    fn initialized(data: &std::path::Path, script: &std::path::Path) -> Self {
+        let mut server = Self::start(data, script);
+        server.send(1, "initialize", json!({"protocolVersion": 1}));
+        server.until(1);
+        server
+    }
+
     fn send(&mut self, id: u64, method: &str, params: Value) {
         let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         writeln!(self.stdin, "{frame}").unwrap();
@@ -133,9 +141,7 @@ fn event_id(note: &Value) -> u64 {
 fn acknowledged_events_survive_sigkill_and_the_turn_is_sealed() {
     let (_dir, data, cwd, script) = workspace(SCRIPT);
 
-    let mut server = Server::start(&data, &script);
-    server.send(1, "initialize", json!({"protocolVersion": 1}));
-    server.until(1);
+    let mut server = Server::initialized(&data, &script);
     let sid = server.new_session(2, &cwd);
     server.send(
         3,
@@ -445,9 +451,7 @@ fn a_crash_settles_the_turns_loose_ends_and_leaves_it_rollbackable() {
 #[test]
 fn berth_event_emit_reaches_the_running_server_and_wakes_a_parked_session() {
     let (_dir, data, cwd, script) = workspace(SCRIPT);
-    let mut server = Server::start(&data, &script);
-    server.send(1, "initialize", json!({"protocolVersion": 1}));
-    server.until(1);
+    let mut server = Server::initialized(&data, &script);
     let sid = server.new_session(2, &cwd);
     server.send(
         3,
@@ -493,9 +497,7 @@ fn berth_event_emit_reaches_the_running_server_and_wakes_a_parked_session() {
 #[test]
 fn a_buffered_scheduled_run_survives_sigkill_and_runs_after_the_restart() {
     let (_dir, data, cwd, script) = workspace(SCRIPT);
-    let mut server = Server::start(&data, &script);
-    server.send(1, "initialize", json!({"protocolVersion": 1}));
-    server.until(1);
+    let mut server = Server::initialized(&data, &script);
     let sid = server.new_session(2, &cwd);
     // A long turn, so that the schedule's run must wait behind it.
     server.send(
@@ -531,9 +533,7 @@ fn a_buffered_scheduled_run_survives_sigkill_and_runs_after_the_restart() {
     assert_eq!(server.until(200).1["result"]["buffered"], json!(1));
     drop(server); // SIGKILL
 
-    let mut server = Server::start(&data, &script);
-    server.send(1, "initialize", json!({"protocolVersion": 1}));
-    server.until(1);
+    let mut server = Server::initialized(&data, &script);
     // The buffered run was delivered again at start-up: a turn with the
     // schedule's prompt ("hi" → "hello again") ran, and the count is back to 0.
     server.send(
@@ -580,9 +580,7 @@ steps = [ { text = "woke" } ]
 fn wake_ups_cut_off_by_sigkill_resume_exactly_once_after_the_restart() {
     const N: u64 = 150;
     let (_dir, data, cwd, script) = workspace(WAKE);
-    let mut server = Server::start(&data, &script);
-    server.send(1, "initialize", json!({"protocolVersion": 1}));
-    server.until(1);
+    let mut server = Server::initialized(&data, &script);
     let sids: Vec<String> = (0..N).map(|i| server.new_session(10 + i, &cwd)).collect();
     // In windows within the connection's in-flight limit (64).
     for window in (0..N).collect::<Vec<_>>().chunks(50) {
@@ -609,9 +607,7 @@ fn wake_ups_cut_off_by_sigkill_resume_exactly_once_after_the_restart() {
     server.child.wait().unwrap();
     drop(server);
 
-    let mut server = Server::start(&data, &script);
-    server.send(1, "initialize", json!({"protocolVersion": 1}));
-    server.until(1);
+    let mut server = Server::initialized(&data, &script);
     let mut id = 2;
     let settled = (0..400).any(|_| {
         // Every page of `session/list`.
@@ -676,9 +672,7 @@ steps = [
 #[test]
 fn a_call_a_woken_turn_started_before_a_sigkill_is_not_run_again() {
     let (_dir, data, cwd, script) = workspace(PARK_MID_BATCH);
-    let mut server = Server::start(&data, &script);
-    server.send(1, "initialize", json!({"protocolVersion": 1}));
-    server.until(1);
+    let mut server = Server::initialized(&data, &script);
     let sid = server.new_session(2, &cwd);
     server.send(
         3,
@@ -722,9 +716,7 @@ fn a_call_a_woken_turn_started_before_a_sigkill_is_not_run_again() {
     server.child.wait().unwrap();
     drop(server);
 
-    let mut server = Server::start(&data, &script);
-    server.send(1, "initialize", json!({"protocolVersion": 1}));
-    server.until(1);
+    let mut server = Server::initialized(&data, &script);
     let mut id = 1;
     let idle = (0..200).any(|_| {
         id += 1;

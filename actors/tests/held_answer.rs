@@ -14,9 +14,7 @@ use berth_runtime::content::Prompt;
 use berth_runtime::directives::{CompletionJudge, Directive};
 use berth_runtime::ids::SessionId;
 use berth_runtime::model::scripted::ScriptedModel;
-use berth_runtime::suspension::{
-    Initiator, OnTimeout, ResumeConditions, ResumeTimeout, SuspendMode,
-};
+use berth_runtime::suspension::{OnTimeout, ResumeConditions, ResumeTimeout};
 use serde_json::json;
 
 const SCRIPT: &str = r#"
@@ -48,17 +46,27 @@ impl CompletionJudge for Gate {
     }
 }
 
-/// A node whose turns stop at the end of their answer until released.
-async fn gated_node(data: &std::path::Path) -> (Node, mpsc::Receiver<()>, mpsc::Sender<()>) {
+/// A node whose turns stop at the end of their answer until released (the
+/// receiver hears when one is reached, the sender releases it), and a new
+/// session in `dir` (the journal in `dir/data`).
+async fn gated_session(
+    dir: &std::path::Path,
+) -> (Node, SessionId, mpsc::Receiver<()>, mpsc::Sender<()>) {
     let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:held").unwrap();
-    let mut config = NodeConfig::new(data, Arc::new(model));
+    let mut config = NodeConfig::new(dir.join("data"), Arc::new(model));
     let (reached_tx, reached) = mpsc::channel();
     let (release, release_rx) = mpsc::channel();
     config.completion_judge = Some(Arc::new(Gate {
         reached: Mutex::new(reached_tx),
         release: Mutex::new(release_rx),
     }));
-    (Node::start(config).await.unwrap(), reached, release)
+    let node = Node::start(config).await.unwrap();
+    let id = node
+        .new_session(NewSession::in_dir(dir.to_path_buf()))
+        .await
+        .unwrap()
+        .session_id;
+    (node, id, reached, release)
 }
 
 /// The kinds of the session's journaled events, in order.
@@ -78,12 +86,7 @@ fn at(kinds: &[&str], kind: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steer_accepted_after_a_held_answer_is_recorded_after_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (node, reached, release) = gated_node(&dir.path().join("data")).await;
-    let id = node
-        .new_session(NewSession::in_dir(dir.path().to_path_buf()))
-        .await
-        .unwrap()
-        .session_id;
+    let (node, id, reached, release) = gated_session(dir.path()).await;
     let prompt = tokio::spawn({
         let (node, id) = (node.clone(), id.clone());
         async move { node.prompt(&id, Prompt::text("answer")).await }
@@ -118,18 +121,11 @@ async fn a_steer_accepted_after_a_held_answer_is_recorded_after_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wake_ups_resume_rides_with_its_turns_first_write() {
     let dir = tempfile::tempdir().unwrap();
-    let (node, reached, release) = gated_node(&dir.path().join("data")).await;
-    let id = node
-        .new_session(NewSession::in_dir(dir.path().to_path_buf()))
-        .await
-        .unwrap()
-        .session_id;
+    let (node, id, reached, release) = gated_session(dir.path()).await;
     let parked = node
         .suspend(
             &id,
             SuspendParams {
-                mode: SuspendMode::FinishStep,
-                reason: None,
                 resume_when: Some(ResumeConditions {
                     timeout: Some(ResumeTimeout {
                         // 120 ms.
@@ -139,9 +135,7 @@ async fn a_wake_ups_resume_rides_with_its_turns_first_write() {
                     }),
                     ..Default::default()
                 }),
-                actor: "test".into(),
-                initiator: Initiator::Client,
-                require_running: false,
+                ..SuspendParams::by_client("test")
             },
         )
         .await

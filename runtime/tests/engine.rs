@@ -450,23 +450,29 @@ async fn a_completed_answer_is_held_for_the_next_write_even_across_a_model_call_
     );
 }
 
-/// A model whose answer streams before it completes.
+/// A model that takes 50 ms to answer `hello`: it streams `before` (if
+/// any) at once, the rest of `hello` once the 50 ms are up.
 #[derive(Debug)]
-struct SlowAnswer;
+struct Waited {
+    before: &'static str,
+}
 
 #[async_trait]
-impl ModelProvider for SlowAnswer {
+impl ModelProvider for Waited {
     fn name(&self) -> &str {
-        "slow-answer"
+        "waited"
     }
     async fn complete(
         &self,
         _req: &ModelRequest,
         deltas: mpsc::UnboundedSender<ModelDelta>,
     ) -> Result<ModelResponse, ModelError> {
-        let _ = deltas.send(ModelDelta::Text("hel".into()));
+        if !self.before.is_empty() {
+            let _ = deltas.send(ModelDelta::Text(self.before.into()));
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let _ = deltas.send(ModelDelta::Text("lo".into()));
+        let rest = "hello".strip_prefix(self.before).unwrap_or("hello");
+        let _ = deltas.send(ModelDelta::Text(rest.into()));
         Ok(ModelResponse {
             text: "hello".into(),
             tool_calls: vec![],
@@ -474,74 +480,36 @@ impl ModelProvider for SlowAnswer {
             usage: Usage::default(),
         })
     }
+}
+
+/// The sink calls of one turn of `hi` answered by `model`.
+async fn ledger_of(model: Waited) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Ledger::default();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        run_turn(&spec(dir.path(), "hi", 10), &deps(Arc::new(model)), &sink),
+    )
+    .await
+    .expect("turn hung")
+    .ended()
+    .expect("the turn suspended");
+    sink.0.into_inner().unwrap()
 }
 
 #[tokio::test]
 async fn what_streams_while_the_model_still_answers_is_emitted_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let sink = Ledger::default();
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        run_turn(
-            &spec(dir.path(), "hi", 10),
-            &deps(Arc::new(SlowAnswer)),
-            &sink,
-        ),
-    )
-    .await
-    .expect("turn hung")
-    .ended()
-    .expect("the turn suspended");
     // The first delta's write carries whatever was held: no flush of its own.
     assert_eq!(
-        *sink.0.lock().unwrap(),
+        ledger_of(Waited { before: "hel" }).await,
         ["emit agent_message_chunk", "hold agent_message_chunk"]
     );
 }
 
-/// A model that keeps the turn waiting before it answers anything.
-#[derive(Debug)]
-struct LateAnswer;
-
-#[async_trait]
-impl ModelProvider for LateAnswer {
-    fn name(&self) -> &str {
-        "late-answer"
-    }
-    async fn complete(
-        &self,
-        _req: &ModelRequest,
-        deltas: mpsc::UnboundedSender<ModelDelta>,
-    ) -> Result<ModelResponse, ModelError> {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let _ = deltas.send(ModelDelta::Text("hello".into()));
-        Ok(ModelResponse {
-            text: "hello".into(),
-            tool_calls: vec![],
-            stop: ModelStop::EndTurn,
-            usage: Usage::default(),
-        })
-    }
-}
-
 #[tokio::test]
 async fn what_is_held_is_flushed_while_a_model_call_is_waited_for() {
-    let dir = tempfile::tempdir().unwrap();
-    let sink = Ledger::default();
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        run_turn(
-            &spec(dir.path(), "hi", 10),
-            &deps(Arc::new(LateAnswer)),
-            &sink,
-        ),
-    )
-    .await
-    .expect("turn hung")
-    .ended()
-    .expect("the turn suspended");
     assert_eq!(
-        *sink.0.lock().unwrap(),
+        ledger_of(Waited { before: "" }).await,
         ["flush", "hold agent_message_chunk"]
     );
 }

@@ -124,7 +124,7 @@ impl std::fmt::Debug for Journal {
     }
 }
 
-fn decode<T: DeserializeOwned>(
+pub(crate) fn decode<T: DeserializeOwned>(
     table: &'static str,
     key: &str,
     bytes: &[u8],

@@ -23,6 +23,7 @@ use berth_runtime::suspension::ResumeClaim;
 use crate::batch::{Batch, Op, PendingClaim};
 use crate::chain::{self, ChainHead};
 use crate::error::StorageError;
+use crate::journal::decode;
 use crate::keyring::Keyring;
 use crate::records::OpenTurn;
 use crate::tables::{
@@ -158,12 +159,7 @@ fn fence_holds(
     let Some(open) = open_turns.get(session)? else {
         return Ok(false);
     };
-    let open: OpenTurn =
-        serde_json::from_slice(open.value()).map_err(|e| StorageError::Corrupt {
-            table: "open_turns",
-            key: session.to_owned(),
-            message: e.to_string(),
-        })?;
+    let open: OpenTurn = decode("open_turns", session, open.value())?;
     Ok(open.turn_id.as_str() == turn)
 }
 
@@ -177,13 +173,7 @@ fn existing_claim(
     let Some(stored) = resume_claims.get(handle)? else {
         return Ok(None);
     };
-    serde_json::from_slice(stored.value())
-        .map(Some)
-        .map_err(|e| StorageError::Corrupt {
-            table: "resume_claims",
-            key: handle.to_owned(),
-            message: e.to_string(),
-        })
+    decode("resume_claims", handle, stored.value()).map(Some)
 }
 
 /// Whether `handle` is the session's stored suspension. Reads only the
@@ -200,12 +190,7 @@ fn suspension_holds(
     let Some(stored) = suspensions.get(session)? else {
         return Ok(false);
     };
-    let stored: Handle =
-        serde_json::from_slice(stored.value()).map_err(|e| StorageError::Corrupt {
-            table: "suspensions",
-            key: session.to_owned(),
-            message: e.to_string(),
-        })?;
+    let stored: Handle = decode("suspensions", session, stored.value())?;
     Ok(stored.handle == handle)
 }
 

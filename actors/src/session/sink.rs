@@ -108,6 +108,7 @@ impl Held {
         let held_len = pending.records.len();
         let mut appended = std::mem::take(&mut pending.records);
         appended.extend(records);
+        // A copy: the start is held again if this write fails.
         let base = start_batch.clone().unwrap_or_default();
         let tape = if appended.is_empty() {
             Tape::default()
