@@ -223,8 +223,98 @@ pub mod host {
 pub mod wire {
     //! ACP frames as the benchmarks read them.
 
+    use std::borrow::Cow;
+
     use anyhow::{bail, Context};
+    use serde::Deserialize;
+    use serde_json::value::RawValue;
     use serde_json::Value;
+
+    /// A frame read without building a JSON tree: the fields a benchmark
+    /// looks at in a notification, borrowed from the line (escaped strings
+    /// are unescaped into owned ones). A benchmark that reads thousands of
+    /// notifications a second on the machine it measures keeps its own CPU
+    /// out of the figures this way (`bench-sched`: ≈ 5 ms less wall for
+    /// 1,000 wake-ups, 6,000 notifications); responses, which it inspects
+    /// more closely, are parsed in full ([`classify_frame`]).
+    #[derive(Debug, Deserialize)]
+    struct LeanFrame<'a> {
+        #[serde(default)]
+        id: Option<Value>,
+        #[serde(borrow, default)]
+        method: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        params: Option<LeanParams<'a>>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct LeanParams<'a> {
+        #[serde(rename = "sessionId", borrow, default)]
+        session_id: Option<Cow<'a, str>>,
+        /// `_berth/agentEvent`: the event's type.
+        #[serde(rename = "type", borrow, default)]
+        kind: Option<Cow<'a, str>>,
+        /// `session/update`: the update.
+        #[serde(borrow, default)]
+        update: Option<LeanUpdate<'a>>,
+        /// `_berth/agentEvent`: the event, unparsed.
+        #[serde(borrow, default)]
+        event: Option<&'a RawValue>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct LeanUpdate<'a> {
+        #[serde(rename = "sessionUpdate", borrow, default)]
+        session_update: Option<Cow<'a, str>>,
+    }
+
+    /// A line classified by [`classify_line`].
+    pub enum Lean<'a> {
+        /// A notification: its session and kind (the `session/update`
+        /// variant, or the agent event's `type`; empty when absent) and, for
+        /// an agent event, the event unparsed.
+        Note(Cow<'a, str>, Cow<'a, str>, Option<&'a RawValue>),
+        /// A response (an id and no method): parse it with
+        /// [`classify_frame`].
+        Response,
+    }
+
+    /// Classifies `line` as [`classify_frame`] does, without building a tree.
+    ///
+    /// # Errors
+    /// A line that is not a JSON object, a request from berth, or a frame
+    /// that is neither notification nor response.
+    pub fn classify_line(line: &str) -> anyhow::Result<Lean<'_>> {
+        let frame: LeanFrame<'_> = serde_json::from_str(line)
+            .with_context(|| format!("berth sent a line that is not a JSON-RPC frame: {line}"))?;
+        match (frame.method, frame.id) {
+            (Some(_), Some(_)) => {
+                bail!("berth sent a request the benchmark cannot answer: {line}")
+            }
+            (Some(method), None) => {
+                let (session, kind, event) = match frame.params {
+                    Some(p) => {
+                        let kind = if method == "session/update" {
+                            p.update.and_then(|u| u.session_update)
+                        } else {
+                            p.kind
+                        };
+                        (p.session_id, kind, p.event)
+                    }
+                    None => (None, None, None),
+                };
+                Ok(Lean::Note(
+                    session.unwrap_or_default(),
+                    kind.unwrap_or_default(),
+                    event,
+                ))
+            }
+            (None, Some(_)) => Ok(Lean::Response),
+            (None, None) => {
+                bail!("berth sent a frame that is neither request nor response: {line}")
+            }
+        }
+    }
 
     /// A frame from berth, classified.
     pub enum Frame<'a> {

@@ -156,7 +156,7 @@
 //! a one-line JSON summary of everything printed.
 
 use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, spawn_berth, stderr_tail};
-use berth_conformance::wire::{classify_frame, Frame};
+use berth_conformance::wire::{classify_frame, classify_line, Frame, Lean};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -513,6 +513,14 @@ impl AcpPipe {
 
     /// The next frame, with when it was read.
     async fn recv(&mut self) -> anyhow::Result<(Instant, DateTime<Utc>, Value)> {
+        let stamped = self.recv_line().await?;
+        let frame = serde_json::from_str(&stamped.line)
+            .with_context(|| format!("berth sent a non-JSON line: {}", stamped.line))?;
+        Ok((stamped.at, stamped.wall, frame))
+    }
+
+    /// The next line, unparsed, with when it was read.
+    async fn recv_line(&mut self) -> anyhow::Result<Stamped> {
         let stamped = match tokio::time::timeout(FRAME_TIMEOUT, self.frames.recv()).await {
             Err(_) => bail!(
                 "berth sent nothing for {} s\n{}",
@@ -525,9 +533,7 @@ impl AcpPipe {
             ),
             Ok(Some(stamped)) => stamped,
         };
-        let frame = serde_json::from_str(&stamped.line)
-            .with_context(|| format!("berth sent a non-JSON line: {}", stamped.line))?;
-        Ok((stamped.at, stamped.wall, frame))
+        Ok(stamped)
     }
 
     /// One request, answered before anything else is sent; notifications in
@@ -602,6 +608,19 @@ struct Park {
     resumed_at: Option<DateTime<Utc>>,
     lateness_ms: Option<u64>,
     ended: bool,
+}
+
+/// The fields of a `resumed` agent event the benchmark checks.
+#[derive(Debug, serde::Deserialize)]
+struct Resumed {
+    #[serde(default)]
+    cause: Option<String>,
+    #[serde(default)]
+    resumed_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    lateness_ms: Option<u64>,
+    #[serde(default)]
+    handle: Option<String>,
 }
 
 /// Section 1's figures.
@@ -867,10 +886,17 @@ async fn wire_bench(args: &Args, bin: &Path) -> anyhow::Result<WireReport> {
     let mut ended = 0;
     let mut frames = 0usize;
     while ended < n || !pending.is_empty() {
-        let (at, wall, frame) = acp.recv().await?;
+        let Stamped { at, wall, line } = acp.recv_line().await?;
         frames += 1;
-        match classify_frame(&frame)? {
-            Frame::Response(id, result) => {
+        // Notifications are read without a JSON tree (`classify_line`): this
+        // process shares the machine with the berth it measures.
+        match classify_line(&line)? {
+            Lean::Response => {
+                let frame: Value = serde_json::from_str(&line)
+                    .with_context(|| format!("berth sent a non-JSON line: {line}"))?;
+                let Frame::Response(id, result) = classify_frame(&frame)? else {
+                    bail!("berth sent a request the benchmark cannot answer: {line}");
+                };
                 let i = pending
                     .remove(&id)
                     .with_context(|| format!("unexpected response: {frame}"))?;
@@ -891,32 +917,37 @@ async fn wire_bench(args: &Args, bin: &Path) -> anyhow::Result<WireReport> {
                     })?,
                 );
             }
-            Frame::Note(session, kind) => {
-                let Some(&i) = index.get(session) else {
+            Lean::Note(session, kind, event) => {
+                let Some(&i) = index.get(session.as_ref()) else {
                     continue;
                 };
                 let p = &mut parks[i];
-                match kind {
+                match kind.as_ref() {
                     "resumed" => {
-                        let event = &frame["params"]["event"];
-                        if event["cause"] != "timeout" {
-                            bail!("a session resumed for another cause than its timeout: {frame}");
+                        let event: Resumed = serde_json::from_str(
+                            event
+                                .with_context(|| {
+                                    format!("a resumed agent event without its event: {line}")
+                                })?
+                                .get(),
+                        )
+                        .with_context(|| format!("a resumed event that does not parse: {line}"))?;
+                        if event.cause.as_deref() != Some("timeout") {
+                            bail!("a session resumed for another cause than its timeout: {line}");
                         }
                         if p.resumed_read.is_some() {
-                            bail!("a session resumed twice: {frame}");
+                            bail!("a session resumed twice: {line}");
                         }
                         p.resumed_read = Some((at, wall));
                         last_resumed = at;
-                        p.resumed_at = Some(
-                            serde_json::from_value(event["resumed_at"].clone()).with_context(
-                                || format!("a resumed event without resumed_at: {frame}"),
-                            )?,
-                        );
-                        p.lateness_ms = event["lateness_ms"].as_u64();
+                        p.resumed_at = Some(event.resumed_at.with_context(|| {
+                            format!("a resumed event without resumed_at: {line}")
+                        })?);
+                        p.lateness_ms = event.lateness_ms;
                         if p.lateness_ms.is_none() {
-                            bail!("a timeout's resumed event without lateness_ms: {frame}");
+                            bail!("a timeout's resumed event without lateness_ms: {line}");
                         }
-                        if let (Some(h), Some(got)) = (&p.handle, event["handle"].as_str()) {
+                        if let (Some(h), Some(got)) = (&p.handle, event.handle.as_deref()) {
                             if h != got {
                                 bail!("resumed handle {got} is not the suspend's {h}");
                             }
@@ -928,7 +959,7 @@ async fn wire_bench(args: &Args, bin: &Path) -> anyhow::Result<WireReport> {
                         ended += 1;
                         last_ended = at;
                     }
-                    "turn_ended" => bail!("a turn ended before its session resumed: {frame}"),
+                    "turn_ended" => bail!("a turn ended before its session resumed: {line}"),
                     _ => {}
                 }
             }
