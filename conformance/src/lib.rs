@@ -358,4 +358,44 @@ pub mod wire {
             }
         }
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// Both readers classify every kind of frame alike.
+        #[test]
+        fn the_lean_reader_classifies_as_the_full_one() {
+            let lines = [
+                r#"{"jsonrpc":"2.0","method":"_berth/agentEvent","params":{"sessionId":"sess_1","eventId":4,"type":"resumed","event":{"type":"resumed","cause":"timeout","lateness_ms":0,"terminal":{"kind":"x"}}}}"#,
+                r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"sess_\u0032","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}"#,
+                r#"{"jsonrpc":"2.0","method":"_berth/other","params":{}}"#,
+            ];
+            for line in lines {
+                let full: Value = serde_json::from_str(line).unwrap();
+                let (Frame::Note(session, kind), Lean::Note(lean_session, lean_kind, _)) =
+                    (classify_frame(&full).unwrap(), classify_line(line).unwrap())
+                else {
+                    panic!("not a notification both ways: {line}");
+                };
+                assert_eq!((session, kind), (lean_session.as_ref(), lean_kind.as_ref()));
+            }
+            let Lean::Note(_, _, Some(event)) = classify_line(lines[0]).unwrap() else {
+                panic!("the agent event was not kept");
+            };
+            let event: Value = serde_json::from_str(event.get()).unwrap();
+            assert_eq!(event["cause"], "timeout");
+            assert!(matches!(
+                classify_line(r#"{"jsonrpc":"2.0","id":7,"result":{"a":1}}"#).unwrap(),
+                Lean::Response
+            ));
+            for bad in [
+                r#"{"jsonrpc":"2.0","id":1,"method":"fs/read_text_file","params":{}}"#,
+                r#"{"jsonrpc":"2.0"}"#,
+                "not json",
+            ] {
+                assert!(classify_line(bad).is_err(), "{bad}");
+            }
+        }
+    }
 }
