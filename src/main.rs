@@ -382,14 +382,22 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // With a network listener berth is a server: stdin ending (a daemon's
     // /dev/null) ends only the stdio client, not the node.
     let network = http.is_some();
+    let stdio_stop = tokio_util::sync::CancellationToken::new();
     let stdio = async {
-        let served = berth_acp::transport::stdio::serve_stdio(node.clone(), settings.acp).await;
-        if network && served.is_ok() {
+        let served = berth_acp::transport::stdio::serve_stdio(
+            node.clone(),
+            settings.acp,
+            stdio_stop.clone(),
+        )
+        .await;
+        if network && served.is_ok() && !stdio_stop.is_cancelled() {
             tracing::info!("stdin closed; serving the HTTP listener until SIGTERM or SIGINT");
-            std::future::pending::<()>().await;
+            stdio_stop.cancelled().await;
         }
         served
     };
+    tokio::pin!(stdio);
+    let mut stdio_done = false;
     let http_shutdown = tokio_util::sync::CancellationToken::new();
     let http_served = {
         let stop = http_shutdown.clone();
@@ -403,12 +411,29 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let served = tokio::select! {
         served = http_served => served.context("HTTP listener failed"),
         served = local => served.context("control socket failed"),
-        served = stdio => served.context("stdio transport failed"),
+        served = &mut stdio => {
+            stdio_done = true;
+            served.context("stdio transport failed")
+        }
         signal = shutdown_signal() => {
             tracing::info!(signal = %signal?, "shutting down: running turns are sealed at the next start");
             Ok(())
         }
     };
+    if !stdio_done {
+        // The stdio client gets the frames already decided for it, whole,
+        // if it reads them in time; then berth goes on stopping.
+        stdio_stop.cancel();
+        if tokio::time::timeout(STDOUT_DRAIN_GRACE, &mut stdio)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                grace_ms = STDOUT_DRAIN_GRACE.as_millis() as u64,
+                "the stdio client did not read its last frames in time; stdout may end mid-frame"
+            );
+        }
+    }
     // WebSocket clients are told (close 1001) before the node stops.
     ws_shutdown.cancel();
     http_shutdown.cancel();
@@ -520,6 +545,11 @@ async fn schedule(command: ScheduleCommand) -> anyhow::Result<()> {
     println!("{answer}");
     Ok(())
 }
+
+/// How long a stopping `berth serve` waits for its stdio client to read the
+/// frames already queued for it (a client that has stopped reading would
+/// hold it forever).
+const STDOUT_DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Resolves with the name of the first SIGTERM or SIGINT.
 async fn shutdown_signal() -> anyhow::Result<&'static str> {

@@ -101,3 +101,122 @@ fn shared_pipes_stay_blocking() {
     assert!(!nonblocking(out_shared.as_fd()));
     drop(dir);
 }
+
+/// SIGTERM in the middle of a burst of output: berth stops reading and
+/// decides nothing more, but what it had queued for its stdio client is
+/// written, whole, before it exits (`serve_stdio`'s `stop`), so a client
+/// reading to the end of stdout gets every answer decided before the signal
+/// and never meets half a frame. Berth used to stop writing within 100 ms
+/// of the signal: the rest of the queue was lost, and a write cut in the
+/// middle left half a frame.
+#[test]
+fn sigterm_mid_burst_leaves_only_whole_frames_on_stdout() {
+    use std::io::{Read, Write};
+
+    let (_dir, data, cwd, script) = common::workspace("fallback = \"ok\"\n");
+    let mut child = common::serve_command(&data, &script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn berth");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut send = |frame: Value| {
+        stdin
+            .write_all(format!("{frame}\n").as_bytes())
+            .expect("write a frame");
+    };
+    send(
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": 1}}),
+    );
+    // Each prompt's text comes back as a `user_message_chunk` of ~60 KB.
+    let text = "berth ".repeat(10_000);
+    let sessions = 40;
+    for i in 0..sessions {
+        send(
+            serde_json::json!({"jsonrpc": "2.0", "id": 100 + i, "method": "session/new",
+            "params": {"cwd": cwd, "mcpServers": []}}),
+        );
+    }
+    // Read the session ids from the answers, then prompt them all at once.
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut ids = Vec::new();
+    while ids.len() < sessions as usize {
+        let n = stdout.read(&mut buf).expect("read stdout");
+        assert!(n > 0, "berth closed stdout early");
+        out.extend_from_slice(&buf[..n]);
+        ids = out
+            .split(|b| *b == b'\n')
+            .filter_map(|line| serde_json::from_slice::<Value>(line).ok())
+            .filter_map(|f| f["result"]["sessionId"].as_str().map(str::to_owned))
+            .collect();
+    }
+    for (i, id) in ids.iter().enumerate() {
+        send(
+            serde_json::json!({"jsonrpc": "2.0", "id": 1000 + i, "method": "session/prompt",
+            "params": {"sessionId": id, "prompt": [{"type": "text", "text": text}]}}),
+        );
+    }
+    // A reader of ~800 KB/s: within a second berth has answered every
+    // prompt (a scripted turn takes milliseconds) while most of the 2.4 MB
+    // it wrote is still queued; then berth is stopped.
+    let mut slice = vec![0u8; 4 * 1024];
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        let n = stdout.read(&mut slice).expect("read stdout");
+        out.extend_from_slice(&slice[..n]);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    loop {
+        let n = stdout.read(&mut slice).expect("read stdout");
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&slice[..n]);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = child.wait().expect("wait for berth");
+    assert!(status.success(), "berth exits cleanly on SIGTERM: {status}");
+    assert!(
+        out.len() > 300_000,
+        "the burst was under way when berth stopped: {} bytes",
+        out.len()
+    );
+    assert_eq!(
+        out.last(),
+        Some(&b'\n'),
+        "stdout ends mid-frame: {:?}",
+        String::from_utf8_lossy(&out[out.len().saturating_sub(200)..])
+    );
+    let frames: Vec<Value> = out
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            serde_json::from_slice::<Value>(line).unwrap_or_else(|e| {
+                panic!(
+                    "a cut frame ({e}): {:?}",
+                    String::from_utf8_lossy(&line[..line.len().min(200)])
+                )
+            })
+        })
+        .collect();
+    // Every answer decided before the signal reached the client.
+    for i in 0..ids.len() {
+        let id = 1000 + i as u64;
+        assert!(
+            frames
+                .iter()
+                .any(|f| f["id"] == id && f["result"].is_object()),
+            "the answer to prompt {id} was queued before SIGTERM and never written ({} bytes read)",
+            out.len()
+        );
+    }
+}

@@ -550,8 +550,48 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    serve_until(
+        node,
+        principal,
+        reader,
+        writer,
+        options,
+        CancellationToken::new(),
+    )
+    .await
+}
+
+/// [`serve_as`], cut off when `stop` is cancelled (berth shutting down):
+/// reading ends, requests in flight are dropped unanswered, no new frame is
+/// queued, and the writer finishes writing the frames already queued, whole,
+/// then returns. A client that stops reading keeps it waiting: the caller
+/// bounds how long it waits for this to return.
+///
+/// # Errors
+/// I/O errors of the reader or writer.
+pub async fn serve_until<R, W>(
+    node: Node,
+    principal: Option<Principal>,
+    reader: R,
+    writer: W,
+    options: ServeOptions,
+    stop: CancellationToken,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     // Lines are written as fast as the pipe takes them: no outbound bound.
     let (conn, mut queue, closing) = Connection::open(node, principal, u64::MAX);
+    // Stopping cuts the connection off as an overflow does: no frame is
+    // queued after it, so what the writer drains is all there will be.
+    let relay = {
+        let (stop, closing) = (stop.clone(), closing.clone());
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            closing.cancel();
+        })
+    };
     let writer_task = tokio::spawn(async move {
         // Buffered: a frame and its newline are one write, and a backlog of
         // frames goes out in a few large writes (flushed whenever the queue
@@ -562,7 +602,16 @@ where
         // 1,000 wake-ups (6,000 frames, 3.6 MB) took 450 of those round
         // trips, and its last turn ended ≈ 4 ms later (`bench-sched`).
         let mut writer = tokio::io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
-        while let Some(frame) = queue.recv().await {
+        loop {
+            // Queued frames first: once stopped, the writer ends when the
+            // queue is empty (watchers may still hold senders it would
+            // otherwise wait for).
+            let frame = tokio::select! {
+                biased;
+                frame = queue.recv() => frame,
+                () = stop.cancelled() => None,
+            };
+            let Some(frame) = frame else { break };
             writer.write_all(frame.as_bytes()).await?;
             writer.write_all(b"\n").await?;
             if queue.is_empty() {
@@ -581,6 +630,7 @@ where
         }
     });
     let read_result = drive(&conn, Box::pin(lines), closing, options).await;
+    relay.abort();
     drop(conn);
     let write_result = writer_task
         .await

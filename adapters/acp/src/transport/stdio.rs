@@ -10,14 +10,31 @@
 //! stdio stays on tokio's streams.
 
 use berth_actors::Node;
+use tokio_util::sync::CancellationToken;
 
-use crate::connection::{serve, ServeOptions};
+use crate::connection::{serve_until, ServeOptions};
 
 /// Serves one ACP connection on stdin/stdout until stdin closes and every
-/// in-flight request has been answered.
+/// in-flight request has been answered, or until `stop` is cancelled: then
+/// it stops reading, drops the requests in flight, and returns once the
+/// frames already queued are written whole (so a client reading up to the
+/// end of stdout never meets half a frame; a client that stops reading
+/// keeps it from returning, so the caller bounds the wait).
 ///
 /// # Errors
 /// I/O errors on stdin/stdout.
-pub async fn serve_stdio(node: Node, options: ServeOptions) -> std::io::Result<()> {
-    serve(node, tokio::io::stdin(), tokio::io::stdout(), options).await
+pub async fn serve_stdio(
+    node: Node,
+    options: ServeOptions,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    serve_until(
+        node,
+        None,
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        options,
+        stop,
+    )
+    .await
 }
