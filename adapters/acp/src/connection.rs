@@ -147,6 +147,13 @@ impl Outbound {
         }
         true
     }
+
+    /// Queues the end mark (an empty frame, which no message is) behind
+    /// everything queued so far: the writer stops there. Only after
+    /// `closing` is cancelled, so nothing can be queued behind it.
+    fn end(&self) {
+        let _ = self.tx.send(String::new());
+    }
 }
 
 /// The receiving half of a connection's outbound queue (the transport's
@@ -586,10 +593,11 @@ where
     // Stopping cuts the connection off as an overflow does: no frame is
     // queued after it, so what the writer drains is all there will be.
     let relay = {
-        let (stop, closing) = (stop.clone(), closing.clone());
+        let (closing, outbound) = (closing.clone(), conn.outbound.clone());
         tokio::spawn(async move {
             stop.cancelled().await;
             closing.cancel();
+            outbound.end();
         })
     };
     let writer_task = tokio::spawn(async move {
@@ -602,16 +610,13 @@ where
         // 1,000 wake-ups (6,000 frames, 3.6 MB) took 450 of those round
         // trips, and its last turn ended ≈ 4 ms later (`bench-sched`).
         let mut writer = tokio::io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
-        loop {
-            // Queued frames first: once stopped, the writer ends when the
-            // queue is empty (watchers may still hold senders it would
-            // otherwise wait for).
-            let frame = tokio::select! {
-                biased;
-                frame = queue.recv() => frame,
-                () = stop.cancelled() => None,
-            };
-            let Some(frame) = frame else { break };
+        // Once stopped, the writer ends at the end mark, behind the last
+        // frame queued (watchers may still hold senders it would otherwise
+        // wait for).
+        while let Some(frame) = queue.recv().await {
+            if frame.is_empty() {
+                break;
+            }
             writer.write_all(frame.as_bytes()).await?;
             writer.write_all(b"\n").await?;
             if queue.is_empty() {
