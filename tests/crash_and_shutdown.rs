@@ -94,6 +94,15 @@ impl Server {
 }
 
 impl Server {
+    /// `session/prompt` of `text` to `session` as request `id` (not awaited).
+    fn prompt(&mut self, id: u64, session: &str, text: &str) {
+        self.send(
+            id,
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
+        );
+    }
+
     /// `session/new` in `cwd` as request `id`; returns the session id.
     fn new_session(&mut self, id: u64, cwd: &std::path::Path) -> String {
         self.send(id, "session/new", json!({"cwd": cwd, "mcpServers": []}));
@@ -143,11 +152,7 @@ fn acknowledged_events_survive_sigkill_and_the_turn_is_sealed() {
 
     let mut server = Server::initialized(&data, &script);
     let sid = server.new_session(2, &cwd);
-    server.send(
-        3,
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}),
-    );
+    server.prompt(3, &sid, "slow");
     let mut seen = Vec::new();
     let mut chunks = 0;
     while chunks < 3 {
@@ -202,11 +207,7 @@ fn acknowledged_events_survive_sigkill_and_the_turn_is_sealed() {
         .iter()
         .any(|n| n["params"]["update"]["content"]["text"] == "never"));
 
-    server.send(
-        3,
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
-    );
+    server.prompt(3, &sid, "hi");
     let (notes, done) = server.until(3);
     assert_eq!(done["result"]["stopReason"], "end_turn");
     assert_eq!(
@@ -259,11 +260,7 @@ fn start_sleeper_turn() -> SleeperRun {
     let (dir, data, cwd, script) = workspace(SLEEPER);
     let mut server = Server::start(&data, &script);
     let sid = server.new_session(1, &cwd);
-    server.send(
-        2,
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "sleep"}]}),
-    );
+    server.prompt(2, &sid, "sleep");
     // Wait for the second call to be in flight.
     let mut in_progress = 0;
     while in_progress < 2 {
@@ -347,11 +344,7 @@ fn the_session_view_hashes_are_the_same_after_a_restart() {
     let (_dir, data, cwd, script) = workspace(SCRIPT);
     let mut server = Server::start(&data, &script);
     let sid = server.new_session(1, &cwd);
-    server.send(
-        2,
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
-    );
+    server.prompt(2, &sid, "hi");
     server.until(2);
     server.send(3, "berth.session_view.query", json!({"sessionId": sid}));
     let before = server.until(3).1["result"].clone();
@@ -370,11 +363,7 @@ fn the_session_view_hashes_are_the_same_after_a_restart() {
     let after = server.until(2).1["result"].clone();
     assert_eq!(after, before, "same history, same projection, same hashes");
     // A new turn extends the prefix: the old hash no longer names the whole history.
-    server.send(
-        3,
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
-    );
+    server.prompt(3, &sid, "hi");
     server.until(3);
     server.send(4, "berth.session_view.query", json!({"sessionId": sid}));
     let later = server.until(4).1["result"].clone();
@@ -500,11 +489,7 @@ fn a_buffered_scheduled_run_survives_sigkill_and_runs_after_the_restart() {
     let mut server = Server::initialized(&data, &script);
     let sid = server.new_session(2, &cwd);
     // A long turn, so that the schedule's run must wait behind it.
-    server.send(
-        3,
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}),
-    );
+    server.prompt(3, &sid, "slow");
     server.send(
         4,
         "_berth/schedule.create",
@@ -674,11 +659,7 @@ fn a_call_a_woken_turn_started_before_a_sigkill_is_not_run_again() {
     let (_dir, data, cwd, script) = workspace(PARK_MID_BATCH);
     let mut server = Server::initialized(&data, &script);
     let sid = server.new_session(2, &cwd);
-    server.send(
-        3,
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "park me"}]}),
-    );
+    server.prompt(3, &sid, "park me");
     while server.next()["params"]["update"]["status"] != "in_progress" {}
     // The first call is running: park before the second starts, for 1 s.
     let timeout =

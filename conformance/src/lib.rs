@@ -239,32 +239,31 @@ pub mod wire {
     /// more closely, are parsed in full ([`classify_frame`]).
     #[derive(Debug, Deserialize)]
     struct LeanFrame<'a> {
-        #[serde(default)]
         id: Option<Value>,
-        #[serde(borrow, default)]
+        #[serde(borrow)]
         method: Option<Cow<'a, str>>,
-        #[serde(borrow, default)]
+        #[serde(borrow)]
         params: Option<LeanParams<'a>>,
     }
 
     #[derive(Debug, Deserialize)]
     struct LeanParams<'a> {
-        #[serde(rename = "sessionId", borrow, default)]
+        #[serde(rename = "sessionId", borrow)]
         session_id: Option<Cow<'a, str>>,
         /// `_berth/agentEvent`: the event's type.
-        #[serde(rename = "type", borrow, default)]
+        #[serde(rename = "type", borrow)]
         kind: Option<Cow<'a, str>>,
         /// `session/update`: the update.
-        #[serde(borrow, default)]
+        #[serde(borrow)]
         update: Option<LeanUpdate<'a>>,
         /// `_berth/agentEvent`: the event, unparsed.
-        #[serde(borrow, default)]
+        #[serde(borrow)]
         event: Option<&'a RawValue>,
     }
 
     #[derive(Debug, Deserialize)]
     struct LeanUpdate<'a> {
-        #[serde(rename = "sessionUpdate", borrow, default)]
+        #[serde(rename = "sessionUpdate", borrow)]
         session_update: Option<Cow<'a, str>>,
     }
 

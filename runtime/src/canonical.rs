@@ -84,6 +84,16 @@ struct Canonical<'a> {
     out: &'a mut Vec<u8>,
 }
 
+/// `Serializer` methods whose value serde_json writes as it is (a `Value`
+/// holds it unchanged).
+macro_rules! scalar_methods {
+    ($($method:ident: $t:ty),*) => {$(
+        fn $method(self, v: $t) -> Result<(), Error> {
+            scalar(self.out, &v)
+        }
+    )*};
+}
+
 impl<'a> ser::Serializer for Canonical<'a> {
     type Ok = ();
     type Error = Error;
@@ -95,21 +105,19 @@ impl<'a> ser::Serializer for Canonical<'a> {
     type SerializeStruct = Object<'a>;
     type SerializeStructVariant = Object<'a>;
 
-    fn serialize_bool(self, v: bool) -> Result<(), Error> {
-        scalar(self.out, &v)
-    }
-    fn serialize_i8(self, v: i8) -> Result<(), Error> {
-        scalar(self.out, &v)
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Error> {
-        scalar(self.out, &v)
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Error> {
-        scalar(self.out, &v)
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Error> {
-        scalar(self.out, &v)
-    }
+    scalar_methods!(
+        serialize_bool: bool,
+        serialize_i8: i8,
+        serialize_i16: i16,
+        serialize_i32: i32,
+        serialize_i64: i64,
+        serialize_u8: u8,
+        serialize_u16: u16,
+        serialize_u32: u32,
+        serialize_u64: u64,
+        serialize_char: char
+    );
+
     fn serialize_i128(self, v: i128) -> Result<(), Error> {
         // A `Value` number holds 64 bits.
         match (i64::try_from(v), u64::try_from(v)) {
@@ -117,18 +125,6 @@ impl<'a> ser::Serializer for Canonical<'a> {
             (_, Ok(v)) => scalar(self.out, &v),
             _ => Err(Error::custom("number out of range")),
         }
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Error> {
-        scalar(self.out, &v)
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Error> {
-        scalar(self.out, &v)
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Error> {
-        scalar(self.out, &v)
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        scalar(self.out, &v)
     }
     fn serialize_u128(self, v: u128) -> Result<(), Error> {
         match u64::try_from(v) {
@@ -142,9 +138,6 @@ impl<'a> ser::Serializer for Canonical<'a> {
     }
     fn serialize_f64(self, v: f64) -> Result<(), Error> {
         // Non-finite: `null`, as a `Value` holds it.
-        scalar(self.out, &v)
-    }
-    fn serialize_char(self, v: char) -> Result<(), Error> {
         scalar(self.out, &v)
     }
     fn serialize_str(self, v: &str) -> Result<(), Error> {

@@ -149,8 +149,10 @@ impl Outbound {
     }
 
     /// Queues the end mark (an empty frame, which no message is) behind
-    /// everything queued so far: the writer stops there. Only after
-    /// `closing` is cancelled, so nothing can be queued behind it.
+    /// everything queued so far: the writer stops there. Sent once
+    /// `closing` is cancelled, when `send` refuses frames: only a frame
+    /// racing the cut can land behind the mark, and it goes with the
+    /// connection, as anything decided at the cut does.
     fn end(&self) {
         let _ = self.tx.send(String::new());
     }

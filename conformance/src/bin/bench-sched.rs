@@ -613,13 +613,9 @@ struct Park {
 /// The fields of a `resumed` agent event the benchmark checks.
 #[derive(Debug, serde::Deserialize)]
 struct Resumed {
-    #[serde(default)]
     cause: Option<String>,
-    #[serde(default)]
     resumed_at: Option<DateTime<Utc>>,
-    #[serde(default)]
     lateness_ms: Option<u64>,
-    #[serde(default)]
     handle: Option<String>,
 }
 
@@ -895,7 +891,7 @@ async fn wire_bench(args: &Args, bin: &Path) -> anyhow::Result<WireReport> {
                 let frame: Value = serde_json::from_str(&line)
                     .with_context(|| format!("berth sent a non-JSON line: {line}"))?;
                 let Frame::Response(id, result) = classify_frame(&frame)? else {
-                    bail!("berth sent a request the benchmark cannot answer: {line}");
+                    bail!("the two frame readers disagree on a line: {line}");
                 };
                 let i = pending
                     .remove(&id)
