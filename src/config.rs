@@ -169,6 +169,7 @@ pub struct FileConfig {
     max_model_calls: Option<u32>,
     quick_repair: Option<bool>,
     journal_cache_mib: Option<u32>,
+    heap_pretouch_mib: Option<u32>,
     passivate_after_ms: Option<u64>,
     max_live_sessions: Option<usize>,
     realtime_timers: Option<bool>,
@@ -209,6 +210,8 @@ pub struct Settings {
     pub max_model_calls: u32,
     pub quick_repair: bool,
     pub journal_cache_bytes: usize,
+    /// Heap touched at start (MiB; `src/heap.rs`).
+    pub heap_pretouch_mib: u32,
     pub passivate_after_ms: Option<u64>,
     pub max_live_sessions: usize,
     pub realtime_timers: bool,
@@ -294,6 +297,18 @@ impl FileConfig {
         }
         if self.max_model_calls == Some(0) {
             out.push(problem("max_model_calls", "must be at least 1"));
+        }
+        if self
+            .heap_pretouch_mib
+            .is_some_and(|mib| mib > crate::heap::MAX_PRETOUCH_MIB)
+        {
+            out.push(problem(
+                "heap_pretouch_mib",
+                format!(
+                    "must be at most {} (MiB; it stays resident)",
+                    crate::heap::MAX_PRETOUCH_MIB
+                ),
+            ));
         }
         let mut priced: Vec<(&String, &Price)> = self.prices.iter().collect();
         priced.sort_by_key(|(name, _)| *name);
@@ -542,6 +557,9 @@ impl FileConfig {
                 .map_or(berth_storage::DEFAULT_CACHE_BYTES, |mib| {
                     (mib.max(1) as usize) << 20
                 }),
+            heap_pretouch_mib: self
+                .heap_pretouch_mib
+                .unwrap_or(crate::heap::DEFAULT_PRETOUCH_MIB),
             passivate_after_ms: self.passivate_after_ms,
             max_live_sessions: self
                 .max_live_sessions
@@ -833,6 +851,16 @@ mod tests {
             Ok(c) => c.problems(),
             Err(p) => vec![p],
         }
+    }
+
+    /// The heap pre-touch is bounded (it stays resident), and 0 turns it off.
+    #[test]
+    fn heap_pretouch_is_bounded() {
+        let p = problems("heap_pretouch_mib = 100000\n");
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].key, "heap_pretouch_mib", "{p:?}");
+        assert!(problems("heap_pretouch_mib = 0\n").is_empty());
+        assert!(problems("heap_pretouch_mib = 16384\n").is_empty());
     }
 
     /// A budget's bad value is reported at its key, and a cost limit the

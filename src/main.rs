@@ -3,6 +3,7 @@
 
 mod config;
 mod ctl;
+mod heap;
 mod integrity;
 mod telemetry;
 
@@ -232,7 +233,9 @@ struct EmitArgs {
 fn main() -> ExitCode {
     disable_transparent_huge_pages();
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Serve(_)) {
+    if matches!(cli.command, Command::Serve(_)) {
+        heap::retain_freed_memory();
+    } else {
         quiet_broken_pipe();
     }
     // Trace export is for the server; the other commands only log.
@@ -319,6 +322,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let api_keys = std::env::var("BERTH_API_KEYS").ok();
     let settings = file.merge(&args, api_keys.as_deref())?;
+    if let Err(e) = heap::pretouch_in_background(settings.heap_pretouch_mib) {
+        tracing::warn!(error = %e, "cannot start the heap pre-touch thread; the heap faults in as it grows");
+    }
     let mut node_config = NodeConfig::new(&settings.data_dir, settings.model);
     node_config.max_model_calls = settings.max_model_calls;
     node_config.quick_repair = settings.quick_repair;
