@@ -482,7 +482,8 @@ impl Actor for SessionActor {
         // A resume the claimer claimed is completed before anything else
         // sees the session (see `crate::claimer`).
         if state.suspension.is_some() && !matches!(msg, SessionMsg::Claimed { .. }) {
-            if let Some(Err(e)) = lifecycle::resume::settle_claimed(&myself, state).await {
+            if let Some(Err(e)) = Box::pin(lifecycle::resume::settle_claimed(&myself, state)).await
+            {
                 tracing::warn!(session_id = %state.record.session_id, error = %e, "could not complete a claimed wake-up; the next message or start retries");
             }
         }
@@ -506,7 +507,10 @@ impl Actor for SessionActor {
 }
 
 impl SessionActor {
-    /// Handles one message (one control word per lifecycle file).
+    /// Handles one message (one control word per lifecycle file). Each arm's
+    /// future is boxed: inline, this future would be as large as the
+    /// largest arm (≈ 11 KB: `finish`, `resume`, `close`), and every message,
+    /// a status query included, would copy that much into place.
     async fn dispatch(
         &self,
         myself: &ActorRef<SessionMsg>,
@@ -520,31 +524,32 @@ impl SessionActor {
                 reply,
                 trace,
             } => {
-                lifecycle::prompt::start(&myself, state, prompt, reply)
-                    .instrument(trace)
+                Box::pin(lifecycle::prompt::start(&myself, state, prompt, reply).instrument(trace))
                     .await
             }
             SessionMsg::TurnFinished {
                 turn_id,
                 exit,
                 tape,
-            } => lifecycle::prompt::finish(&myself, state, turn_id, *exit, *tape).await,
+            } => {
+                Box::pin(lifecycle::prompt::finish(
+                    &myself, state, turn_id, *exit, *tape,
+                ))
+                .await
+            }
             SessionMsg::Suspend {
                 params,
                 reply,
                 trace,
             } => {
-                lifecycle::suspend::suspend(state, params, reply)
-                    .instrument(trace)
-                    .await
+                Box::pin(lifecycle::suspend::suspend(state, params, reply).instrument(trace)).await
             }
             SessionMsg::Resume {
                 params,
                 reply,
                 trace,
             } => {
-                lifecycle::resume::resume(&myself, state, params, reply)
-                    .instrument(trace)
+                Box::pin(lifecycle::resume::resume(&myself, state, params, reply).instrument(trace))
                     .await
             }
             SessionMsg::ScheduledPrompt {
@@ -554,14 +559,14 @@ impl SessionActor {
                 redelivered,
                 reply,
             } => {
-                let started = lifecycle::scheduled::run(
+                let started = Box::pin(lifecycle::scheduled::run(
                     &myself,
                     state,
                     schedule_id,
                     text,
                     overlap,
                     redelivered,
-                )
+                ))
                 .await?;
                 let _ = reply.send(started);
                 Ok(())
@@ -570,15 +575,20 @@ impl SessionActor {
                 handle,
                 reason,
                 reply,
-            } => lifecycle::resume::fail(state, handle, reason, reply).await,
+            } => Box::pin(lifecycle::resume::fail(state, handle, reason, reply)).await,
             SessionMsg::Claimed { committed, reply } => {
-                let outcome =
-                    lifecycle::resume::settle_claim(&myself, state, committed.map(|c| *c)).await;
+                let outcome = Box::pin(lifecycle::resume::settle_claim(
+                    &myself,
+                    state,
+                    committed.map(|c| *c),
+                ))
+                .await;
                 let _ = reply.send(outcome.transpose());
                 Ok(())
             }
             SessionMsg::Cancel { actor, reply } => {
-                let _ = reply.send(lifecycle::cancel::cancel(&myself, state, &actor).await);
+                let _ =
+                    reply.send(Box::pin(lifecycle::cancel::cancel(&myself, state, &actor)).await);
                 Ok(())
             }
             SessionMsg::Inject {
@@ -587,7 +597,9 @@ impl SessionActor {
                 actor,
                 reply,
             } => {
-                let _ = reply.send(lifecycle::inject::inject(state, &mode, &content, &actor).await);
+                let _ = reply.send(
+                    Box::pin(lifecycle::inject::inject(state, &mode, &content, &actor)).await,
+                );
                 Ok(())
             }
             SessionMsg::Retract {
@@ -598,13 +610,13 @@ impl SessionActor {
                 reply,
             } => {
                 let _ = reply.send(
-                    lifecycle::retract::retract(
+                    Box::pin(lifecycle::retract::retract(
                         state,
                         &message_id,
                         content.as_ref(),
                         &actor,
                         owner_override,
-                    )
+                    ))
                     .await,
                 );
                 Ok(())
@@ -617,7 +629,10 @@ impl SessionActor {
                 reply,
             } => {
                 let _ = reply.send(
-                    lifecycle::refuse::refuse(state, &method, &actor, &reason, metadata).await,
+                    Box::pin(lifecycle::refuse::refuse(
+                        state, &method, &actor, &reason, metadata,
+                    ))
+                    .await,
                 );
                 Ok(())
             }
@@ -627,18 +642,19 @@ impl SessionActor {
                 actor,
                 reply,
             } => {
-                let answer = lifecycle::cancel_tool_call::cancel_tool_call(
+                let answer = Box::pin(lifecycle::cancel_tool_call::cancel_tool_call(
                     state,
                     &tool_call_id,
                     reason.as_deref(),
                     &actor,
-                )
+                ))
                 .await;
                 let _ = reply.send(answer);
                 Ok(())
             }
             SessionMsg::Rollback { redo, actor, reply } => {
-                let _ = reply.send(lifecycle::rollback::rollback(state, redo, &actor).await);
+                let _ =
+                    reply.send(Box::pin(lifecycle::rollback::rollback(state, redo, &actor)).await);
                 Ok(())
             }
             SessionMsg::View { reply } => {
@@ -650,7 +666,7 @@ impl SessionActor {
                 Ok(())
             }
             SessionMsg::Close { actor, reply } => {
-                lifecycle::close::close(&myself, state, actor, reply).await
+                Box::pin(lifecycle::close::close(&myself, state, actor, reply)).await
             }
             SessionMsg::Status { reply } => {
                 let _ = reply.send(lifecycle::status::status(state));
