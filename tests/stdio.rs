@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -160,21 +160,50 @@ fn sigterm_mid_burst_leaves_only_whole_frames_on_stdout() {
             "params": {"sessionId": id, "prompt": [{"type": "text", "text": text}]}}),
         );
     }
-    // A reader of ~800 KB/s: within a second berth has answered every
-    // prompt (a scripted turn takes milliseconds) while most of the 2.4 MB
-    // it wrote is still queued; then berth is stopped.
+    // A reader of ~800 KB/s: berth answers every prompt (a scripted turn
+    // takes milliseconds) while most of the 2.4 MB it wrote is still
+    // queued; once the control socket shows no turn running (each answer
+    // decided) and a moment more has passed for the answers to reach the
+    // connection's queue, berth is stopped. (A fixed one-second window was
+    // not enough on a loaded machine: a prompt could still be undecided.)
     let mut slice = vec![0u8; 4 * 1024];
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while Instant::now() < deadline {
-        let n = stdout.read(&mut slice).expect("read stdout");
-        out.extend_from_slice(&slice[..n]);
-        std::thread::sleep(Duration::from_millis(5));
+    let mut read_slowly = |out: &mut Vec<u8>, for_: Duration| {
+        let until = Instant::now() + for_;
+        while Instant::now() < until {
+            let n = stdout.read(&mut slice).expect("read stdout");
+            out.extend_from_slice(&slice[..n]);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    read_slowly(&mut out, Duration::from_millis(500));
+    let decided_by = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ps = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["ctl", "ps", "--json", "--state", "running", "--data-dir"])
+            .arg(&data)
+            .output()
+            .expect("run berth ctl ps");
+        let ps: Value = serde_json::from_slice(&ps.stdout).expect("ctl ps --json");
+        let running = ps["sessions"].as_array().expect("a session list").len();
+        if running == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < decided_by,
+            "{running} prompt turns still running after 30 s"
+        );
+        read_slowly(&mut out, Duration::from_millis(100));
     }
+    // Not reading now: everything may already be read, and a read would
+    // then wait for output that never comes.
+    std::thread::sleep(Duration::from_millis(200));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .expect("SIGTERM");
+    drop(read_slowly);
+    let mut slice = vec![0u8; 4 * 1024];
     loop {
         let n = stdout.read(&mut slice).expect("read stdout");
         if n == 0 {
