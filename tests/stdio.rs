@@ -202,7 +202,6 @@ fn sigterm_mid_burst_leaves_only_whole_frames_on_stdout() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .expect("SIGTERM");
-    drop(read_slowly);
     let mut slice = vec![0u8; 4 * 1024];
     loop {
         let n = stdout.read(&mut slice).expect("read stdout");
