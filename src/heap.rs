@@ -13,7 +13,8 @@
 //! second later, so they faulted it in again. This is the JVM's
 //! `-XX:+AlwaysPreTouch` and a retaining allocator (glibc's arenas keep
 //! freed memory too): resident memory is the high-water mark, never less
-//! than the pre-touched amount.
+//! than the pre-touched amount. `MIMALLOC_PURGE_DELAY` (ms), when set,
+//! wins: berth then neither changes mimalloc's purging nor pre-touches.
 
 /// mimalloc's `mi_option_purge_delay` (`mimalloc.h`, `mi_option_e`; the
 /// same index in mimalloc 2 and 3): how long freed memory stays before it
@@ -43,51 +44,102 @@ pub fn retain_freed_memory() {
     }
 }
 
-/// Touches `mib` MiB of heap (every byte written), then frees it, on a
-/// thread of its own at `SCHED_IDLE` (it runs only when no other thread
-/// wants a CPU, so it delays neither start-up nor a burst that comes first):
-/// with [`retain_freed_memory`] the allocator keeps those pages mapped and
-/// hands them out again, so the first `mib` MiB berth allocates after it do
-/// not fault. Takes ≈ 50 ms of otherwise idle CPU for 64 MiB on a 2-core VM
-/// (one fault and one zeroed page per 4 KiB), logged at debug. `0` does
-/// nothing, and so does the system allocator (glibc would unmap blocks
-/// this large at once). Leaves the process's resident memory at least
-/// `mib` MiB for its lifetime. A refused `SCHED_IDLE` (not expected: it
-/// lowers priority) is logged and the touching goes on at normal priority.
+/// Whether freed memory is kept for reuse: mimalloc with the purge delay
+/// [`retain_freed_memory`] sets (the operator did not set
+/// `MIMALLOC_PURGE_DELAY`). Without it a pre-touch would be handed back to
+/// the OS soon after, so it is not done.
+fn retains_freed_memory() -> bool {
+    !cfg!(feature = "system-allocator") && std::env::var_os("MIMALLOC_PURGE_DELAY").is_none()
+}
+
+/// The heap pre-touch: a thread that writes `mib` MiB of heap (every byte)
+/// and frees it, so that with [`retain_freed_memory`] the allocator keeps
+/// those pages mapped and hands them out again: the first `mib` MiB berth
+/// allocates after it do not fault. ≈ 50 ms of one core for 64 MiB on a
+/// 2-core VM (a fault and a zeroed page per 4 KiB), logged at debug.
 ///
-/// # Errors
-/// The OS refused to start a thread; nothing was touched (berth runs on,
-/// faulting its heap in as it grows).
-pub fn pretouch_in_background(mib: u32) -> std::io::Result<()> {
-    if mib == 0 || cfg!(feature = "system-allocator") {
-        return Ok(());
-    }
-    std::thread::Builder::new()
-        .name("berth-heap-pretouch".into())
-        .spawn(move || {
-            use thread_priority::unix::{
-                set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
-                ThreadSchedulePolicy,
-            };
-            if let Err(e) = set_thread_priority_and_policy(
-                thread_native_id(),
-                thread_priority::ThreadPriority::Min,
-                ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
-            ) {
-                tracing::warn!(error = ?e, "the heap pre-touch thread runs at normal priority");
-            }
-            let started = std::time::Instant::now();
-            // 1 MiB blocks: below mimalloc's huge-object size, so each comes
-            // from (and goes back to) the arena that later small-object
-            // pages are cut from. A zeroed (`calloc`) vector would not write
-            // (fresh pages read as zero) and so would touch nothing.
-            let blocks: Vec<Vec<u8>> = (0..mib).map(|_| vec![0xa5_u8; 1 << 20]).collect();
-            drop(std::hint::black_box(blocks));
-            tracing::debug!(
-                mib,
-                took_ms = started.elapsed().as_millis() as u64,
-                "heap pre-touched"
-            );
+/// It runs at normal priority: at idle priority (`SCHED_IDLE`) a loaded
+/// machine starved it for tens of seconds, and a process whose last thread
+/// is starved takes seconds to exit (the kernel frees the address space in
+/// the last thread to go). [`Pretouch::stop`] ends it between two MiB, so
+/// shutdown does not wait for the rest. Resident memory stays at least the
+/// amount touched for the process's lifetime; it must fit the memory limit
+/// (a container's), which the kernel enforces by killing the process.
+pub struct Pretouch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Pretouch {
+    /// Starts touching `mib` MiB on a thread named `berth-pretouch`. Does
+    /// nothing (and [`Pretouch::stop`] returns at once) for `0`, with the
+    /// system allocator (glibc unmaps blocks this large when they are
+    /// freed), or when `MIMALLOC_PURGE_DELAY` is set (freed memory is
+    /// returned). When the allocator refuses a block (an address-space
+    /// limit, `ulimit -v`), touching stops there with a warning; berth
+    /// runs on.
+    ///
+    /// # Errors
+    /// The OS refused to start a thread; nothing is touched (the heap
+    /// faults in as it grows).
+    pub fn start(mib: u32) -> std::io::Result<Self> {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if mib == 0 || !retains_freed_memory() {
+            return Ok(Self { stop, thread: None });
+        }
+        let stopped = std::sync::Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("berth-pretouch".into())
+            .spawn(move || touch(mib, &stopped))?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
         })
-        .map(drop)
+    }
+
+    /// Ends the touching after the MiB in progress and waits for the thread
+    /// (which frees what it touched: kept by the allocator, so cheap).
+    pub fn stop(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::warn!("the heap pre-touch thread panicked");
+            }
+        }
+    }
+}
+
+/// Writes `mib` 1 MiB blocks, then frees them. 1 MiB blocks are above
+/// mimalloc 3's largest size class (512 KiB), so each is a page of its own
+/// cut from the arena, and goes back to the arena when freed, where the
+/// small-object pages of every thread are cut from. A zeroed (`calloc`)
+/// vector would not write (fresh pages read as zero) and so would touch
+/// nothing.
+fn touch(mib: u32, stop: &std::sync::atomic::AtomicBool) {
+    const BLOCK: usize = 1 << 20;
+    let started = std::time::Instant::now();
+    let mut blocks: Vec<Vec<u8>> = Vec::new();
+    for _ in 0..mib {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        let mut block = Vec::new();
+        if block.try_reserve_exact(BLOCK).is_err() || blocks.try_reserve(1).is_err() {
+            tracing::warn!(
+                touched_mib = blocks.len(),
+                wanted_mib = mib,
+                "the heap pre-touch stopped: the allocator has no more memory to give"
+            );
+            break;
+        }
+        block.resize(BLOCK, 0xa5);
+        blocks.push(block);
+    }
+    let touched = blocks.len();
+    drop(std::hint::black_box(blocks));
+    tracing::debug!(
+        mib = touched,
+        took_ms = started.elapsed().as_millis() as u64,
+        "heap pre-touched"
+    );
 }

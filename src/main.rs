@@ -322,9 +322,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let api_keys = std::env::var("BERTH_API_KEYS").ok();
     let settings = file.merge(&args, api_keys.as_deref())?;
-    if let Err(e) = heap::pretouch_in_background(settings.heap_pretouch_mib) {
-        tracing::warn!(error = %e, "cannot start the heap pre-touch thread; the heap faults in as it grows");
-    }
+    let pretouch = heap::Pretouch::start(settings.heap_pretouch_mib)
+        .inspect_err(|e| {
+            tracing::warn!(error = %e, "cannot start the heap pre-touch thread; the heap faults in as it grows");
+        })
+        .ok();
     let mut node_config = NodeConfig::new(&settings.data_dir, settings.model);
     node_config.max_model_calls = settings.max_model_calls;
     node_config.quick_repair = settings.quick_repair;
@@ -446,6 +448,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Stops every session actor: their processes are killed; a turn still
     // running stays open in the journal and is sealed at the next start.
     node.shutdown().await;
+    if let Some(pretouch) = pretouch {
+        pretouch.stop();
+    }
     served
 }
 
