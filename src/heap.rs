@@ -37,7 +37,7 @@ pub const MAX_PRETOUCH_MIB: u32 = 16_384;
 /// other threads exist (mimalloc's option setter is not thread-safe).
 pub fn retain_freed_memory() {
     #[cfg(not(feature = "system-allocator"))]
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+    if retains_freed_memory() {
         // SAFETY: sets a plain integer in mimalloc's option table; called
         // from `main` before any other thread is started.
         unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
