@@ -61,8 +61,8 @@ fn retains_freed_memory() -> bool {
 /// It runs at normal priority: at idle priority (`SCHED_IDLE`) a loaded
 /// machine starved it for tens of seconds, and a process whose last thread
 /// is starved takes seconds to exit (the kernel frees the address space in
-/// the last thread to go). [`Pretouch::stop`] ends it between two MiB, so
-/// shutdown does not wait for the rest. Resident memory stays at least the
+/// the last thread to go). Dropping the `Pretouch` ends it between two
+/// MiB, so shutdown does not wait for the rest. Resident memory stays at least the
 /// amount touched for the process's lifetime; it must fit the memory limit
 /// (a container's), which the kernel enforces by killing the process.
 pub struct Pretouch {
@@ -72,7 +72,7 @@ pub struct Pretouch {
 
 impl Pretouch {
     /// Starts touching `mib` MiB on a thread named `berth-pretouch`. Does
-    /// nothing (and [`Pretouch::stop`] returns at once) for `0`, with the
+    /// nothing (and dropping it returns at once) for `0`, with the
     /// system allocator (glibc unmaps blocks this large when they are
     /// freed), or when `MIMALLOC_PURGE_DELAY` is set (freed memory is
     /// returned). When the allocator refuses a block (an address-space
@@ -96,10 +96,13 @@ impl Pretouch {
             thread: Some(thread),
         })
     }
+}
 
-    /// Ends the touching after the MiB in progress and waits for the thread
-    /// (which frees what it touched: kept by the allocator, so cheap).
-    pub fn stop(mut self) {
+/// Ends the touching after the MiB in progress and waits for the thread
+/// (which frees what it touched: kept by the allocator, so cheap) — on
+/// every way out of `serve`, an early error included.
+impl Drop for Pretouch {
+    fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             if thread.join().is_err() {

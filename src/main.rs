@@ -322,7 +322,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let api_keys = std::env::var("BERTH_API_KEYS").ok();
     let settings = file.merge(&args, api_keys.as_deref())?;
-    let pretouch = heap::Pretouch::start(settings.heap_pretouch_mib)
+    // Stopped when dropped, as `serve` returns.
+    let _pretouch = heap::Pretouch::start(settings.heap_pretouch_mib)
         .inspect_err(|e| {
             tracing::warn!(error = %e, "cannot start the heap pre-touch thread; the heap faults in as it grows");
         })
@@ -448,9 +449,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Stops every session actor: their processes are killed; a turn still
     // running stays open in the journal and is sealed at the next start.
     node.shutdown().await;
-    if let Some(pretouch) = pretouch {
-        pretouch.stop();
-    }
     served
 }
 
