@@ -120,9 +120,18 @@ impl Op {
     }
 }
 
+/// Initial capacity (bytes) of an encoded row: most rows (events, session
+/// records, suspensions) are a few hundred bytes, so serde_json's 128-byte
+/// start would regrow the buffer two or three times on the way there.
+const ROW_CAPACITY: usize = 512;
+
 fn json<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut row = Vec::with_capacity(ROW_CAPACITY);
     // Our record types serialize infallibly (no maps with non-string keys).
-    serde_json::to_vec(value).unwrap_or_default()
+    match serde_json::to_writer(&mut row, value) {
+        Ok(()) => row,
+        Err(_) => Vec::new(),
+    }
 }
 
 impl Batch {

@@ -323,13 +323,25 @@ pub fn encode_notification<P: serde::Serialize + ?Sized>(method: &str, params: &
         method: &'a str,
         params: &'a P,
     }
-    serde_json::to_string(&Notification {
-        jsonrpc: "2.0",
-        method,
-        params,
-    })
-    .unwrap_or_else(|_| json!({"jsonrpc": "2.0", "method": method, "params": null}).to_string())
+    // Sized for a typical frame (a few hundred bytes to ~1 KiB), so the
+    // buffer is not regrown three or four times on the way there.
+    let mut frame = Vec::with_capacity(FRAME_CAPACITY);
+    match serde_json::to_writer(
+        &mut frame,
+        &Notification {
+            jsonrpc: "2.0",
+            method,
+            params,
+        },
+    ) {
+        // serde_json writes only UTF-8.
+        Ok(()) => String::from_utf8(frame).unwrap_or_default(),
+        Err(_) => json!({"jsonrpc": "2.0", "method": method, "params": null}).to_string(),
+    }
 }
+
+/// Initial capacity (bytes) of an encoded notification.
+const FRAME_CAPACITY: usize = 1024;
 
 #[cfg(test)]
 mod tests {

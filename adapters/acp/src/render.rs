@@ -9,9 +9,8 @@
 //! `_meta.berth.eventId`; a replayed one also `_meta.berth.replayed: true`.
 
 use agent_client_protocol_schema::v1::{
-    ContentBlock, ContentChunk, MessageId, Meta, SessionNotification, SessionUpdate, TextContent,
-    ToolCall, ToolCallContent, ToolCallStatus as AcpStatus, ToolCallUpdate, ToolCallUpdateFields,
-    ToolKind as AcpKind,
+    ContentBlock, ContentChunk, MessageId, SessionUpdate, TextContent, ToolCall, ToolCallContent,
+    ToolCallStatus as AcpStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind as AcpKind,
 };
 use berth_actors::SessionNotice;
 use berth_runtime::event::{SessionEvent, ToolCallStatus, ToolKind};
@@ -46,15 +45,31 @@ pub fn render_presence(notice: &berth_actors::PresenceNotice) -> String {
     )
 }
 
-fn berth_meta(notice: &SessionNotice) -> Meta {
-    let mut berth = serde_json::Map::new();
-    berth.insert("eventId".into(), json!(notice.event_id));
-    if notice.replayed {
-        berth.insert("replayed".into(), json!(true));
+/// Every notification's `_meta`: `{"berth": {"eventId": N}}`, plus
+/// `"replayed": true` for one re-sent by `session/load`. Serialized straight
+/// into the frame: a `Meta` map per frame was a handful of allocations on the
+/// path every event takes (`bench-sched`'s wake-up burst renders six frames
+/// per session).
+#[derive(serde::Serialize)]
+struct NoticeMeta {
+    berth: BerthMeta,
+}
+
+#[derive(serde::Serialize)]
+struct BerthMeta {
+    #[serde(rename = "eventId")]
+    event_id: u64,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    replayed: bool,
+}
+
+fn notice_meta(notice: &SessionNotice) -> NoticeMeta {
+    NoticeMeta {
+        berth: BerthMeta {
+            event_id: notice.event_id,
+            replayed: notice.replayed,
+        },
     }
-    let mut meta = Meta::new();
-    meta.insert("berth".into(), Value::Object(berth));
-    meta
 }
 
 fn text_block(text: &str) -> ContentBlock {
@@ -79,10 +94,26 @@ fn acp_status(status: ToolCallStatus) -> AcpStatus {
     }
 }
 
+/// A `session/update`: the wire shape of ACP's `SessionNotification`
+/// (`sessionId`, `update`, `_meta`, in that order; `update` is the schema
+/// crate's own type), with the `_meta` of [`notice_meta`].
 fn update(notice: &SessionNotice, update: SessionUpdate) -> String {
-    let n =
-        SessionNotification::new(notice.session_id.to_string(), update).meta(berth_meta(notice));
-    encode_notification("session/update", &n)
+    #[derive(serde::Serialize)]
+    struct Notification<'a> {
+        #[serde(rename = "sessionId")]
+        session_id: &'a berth_runtime::ids::SessionId,
+        update: &'a SessionUpdate,
+        #[serde(rename = "_meta")]
+        meta: NoticeMeta,
+    }
+    encode_notification(
+        "session/update",
+        &Notification {
+            session_id: &notice.session_id,
+            update: &update,
+            meta: notice_meta(notice),
+        },
+    )
 }
 
 fn agent_event(notice: &SessionNotice, event: &SessionEvent) -> String {
@@ -98,7 +129,7 @@ fn agent_event(notice: &SessionNotice, event: &SessionEvent) -> String {
         event: &'a SessionEvent,
         at: &'a At,
         #[serde(rename = "_meta")]
-        meta: Meta,
+        meta: NoticeMeta,
     }
     encode_notification(
         AGENT_EVENT_METHOD,
@@ -108,7 +139,7 @@ fn agent_event(notice: &SessionNotice, event: &SessionEvent) -> String {
             kind: event.type_name(),
             event,
             at: &notice.record.at,
-            meta: berth_meta(notice),
+            meta: notice_meta(notice),
         },
     )
 }
@@ -119,7 +150,7 @@ fn user_chunks(notice: &SessionNotice, blocks: &[Value], message_id: Option<&str
     blocks
         .iter()
         .map(|block| {
-            let block = serde_json::from_value::<ContentBlock>(block.clone())
+            let block = <ContentBlock as serde::Deserialize>::deserialize(block)
                 .unwrap_or_else(|_| text_block(&block.to_string()));
             let mut chunk = ContentChunk::new(block);
             if let Some(id) = message_id {
@@ -145,7 +176,7 @@ pub struct RenderOptions {
 /// into the update's `_meta.berth` (berth facts the RFC shape has no field
 /// for).
 fn raw_update(notice: &SessionNotice, mut update: Value, extra: Option<(&str, Value)>) -> String {
-    let meta = Value::Object(berth_meta(notice).into_iter().collect());
+    let meta = serde_json::to_value(notice_meta(notice)).unwrap_or_default();
     update["_meta"] = meta.clone();
     if let Some((key, value)) = extra {
         update["_meta"]["berth"][key] = value;
@@ -269,5 +300,80 @@ pub fn render_notice(notice: &SessionNotice, options: RenderOptions) -> Vec<Stri
         | SessionEvent::Suspended { .. }
         | SessionEvent::Resumed { .. }
         | SessionEvent::SuspensionCancelled { .. } => vec![agent_event(notice, event)],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use agent_client_protocol_schema::v1::{Meta, SessionNotification};
+    use berth_runtime::event::EventRecord;
+    use berth_runtime::ids::SessionId;
+
+    use super::*;
+
+    fn notice(event: SessionEvent, replayed: bool) -> SessionNotice {
+        SessionNotice {
+            session_id: SessionId::from("sess_1"),
+            event_id: 7,
+            record: Arc::new(EventRecord {
+                at: serde_json::from_value(json!("2023-11-14T22:13:20.123Z")).unwrap(),
+                event,
+            }),
+            replayed,
+        }
+    }
+
+    /// `update` writes byte for byte what the schema crate's
+    /// `SessionNotification` with the same `_meta` map serializes to.
+    #[test]
+    fn a_session_update_is_the_schema_crates_notification() {
+        for replayed in [false, true] {
+            let n = notice(
+                SessionEvent::AgentMessageChunk {
+                    text: "hi \"there\"\n".into(),
+                },
+                replayed,
+            );
+            let chunk = || {
+                SessionUpdate::AgentMessageChunk(ContentChunk::new(text_block("hi \"there\"\n")))
+            };
+            let mut berth = serde_json::Map::new();
+            berth.insert("eventId".into(), json!(7));
+            if replayed {
+                berth.insert("replayed".into(), json!(true));
+            }
+            let mut meta = Meta::new();
+            meta.insert("berth".into(), Value::Object(berth));
+            let expected = encode_notification(
+                "session/update",
+                &SessionNotification::new("sess_1", chunk()).meta(meta),
+            );
+            assert_eq!(update(&n, chunk()), expected);
+            assert_eq!(render_notice(&n, RenderOptions::default()), vec![expected]);
+        }
+    }
+
+    #[test]
+    fn an_agent_event_carries_the_event_and_its_meta() {
+        let n = notice(SessionEvent::SessionClosed {}, true);
+        let frames = render_notice(&n, RenderOptions::default());
+        let frame: Value = serde_json::from_str(&frames[0]).unwrap();
+        assert_eq!(
+            frame,
+            json!({
+                "jsonrpc": "2.0",
+                "method": AGENT_EVENT_METHOD,
+                "params": {
+                    "sessionId": "sess_1",
+                    "eventId": 7,
+                    "type": "session_closed",
+                    "event": {"type": "session_closed"},
+                    "at": "2023-11-14T22:13:20.123Z",
+                    "_meta": {"berth": {"eventId": 7, "replayed": true}},
+                },
+            })
+        );
     }
 }
