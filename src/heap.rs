@@ -15,6 +15,10 @@
 //! freed memory too): resident memory is the high-water mark, never less
 //! than the pre-touched amount. `MIMALLOC_PURGE_DELAY` (ms), when set,
 //! wins: berth then neither changes mimalloc's purging nor pre-touches.
+//! Under a memory cgroup limit (a container's), the pre-touch takes at
+//! most a quarter of what the limit leaves.
+
+use std::path::Path;
 
 /// mimalloc's `mi_option_purge_delay` (`mimalloc.h`, `mi_option_e`; the
 /// same index in mimalloc 2 and 3): how long freed memory stays before it
@@ -63,8 +67,9 @@ fn retains_freed_memory() -> bool {
 /// is starved takes seconds to exit (the kernel frees the address space in
 /// the last thread to go). Dropping the `Pretouch` ends it between two
 /// MiB, so shutdown does not wait for the rest. Resident memory stays at least the
-/// amount touched for the process's lifetime; it must fit the memory limit
-/// (a container's), which the kernel enforces by killing the process.
+/// amount touched for the process's lifetime; under a memory cgroup limit
+/// (a container's, which the kernel enforces by killing the process) the
+/// amount is lowered to a quarter of what the limit leaves, logged at info.
 pub struct Pretouch {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -87,6 +92,22 @@ impl Pretouch {
         if mib == 0 || !retains_freed_memory() {
             return Ok(Self { stop, thread: None });
         }
+        let mib = match cgroup_headroom(Path::new("/proc/self/cgroup"), Path::new(CGROUP_ROOT)) {
+            Some(headroom) if u64::from(mib) << 20 > headroom / HEADROOM_SHARE => {
+                let capped = u32::try_from((headroom / HEADROOM_SHARE) >> 20).unwrap_or(u32::MAX);
+                tracing::info!(
+                    configured_mib = mib,
+                    pretouch_mib = capped,
+                    headroom_mib = headroom >> 20,
+                    "heap_pretouch_mib lowered to a quarter of what the memory cgroup's limit leaves"
+                );
+                capped
+            }
+            _ => mib,
+        };
+        if mib == 0 {
+            return Ok(Self { stop, thread: None });
+        }
         let stopped = std::sync::Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("berth-pretouch".into())
@@ -96,6 +117,60 @@ impl Pretouch {
             thread: Some(thread),
         })
     }
+}
+
+/// Where the cgroup filesystems are mounted.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// The pre-touch takes at most this share (1/N) of the memory a cgroup
+/// limit leaves: the rest is for the work it is there to speed up.
+const HEADROOM_SHARE: u64 = 4;
+
+/// Bytes this process's memory cgroup may still grow by before the kernel
+/// kills it: the smallest limit on the way from its cgroup up to the
+/// hierarchy's root, less what the cgroup uses now. `None`: no limit
+/// (`max`, or v1's near-`u64::MAX` "unlimited"), or no cgroup to read.
+/// Reads cgroup v2 (`0::<path>`, `memory.max`, `memory.current`) and v1
+/// (`N:memory:<path>`, `memory.limit_in_bytes`, `memory.usage_in_bytes`,
+/// under `memory/`); inside a cgroup namespace the path is `/`, the
+/// container's own cgroup at the mount's root. `proc_cgroup` is
+/// `/proc/self/cgroup`, `root` the mount point (parameters for tests).
+fn cgroup_headroom(proc_cgroup: &Path, root: &Path) -> Option<u64> {
+    let listing = std::fs::read_to_string(proc_cgroup).ok()?;
+    let (dir, limit_file, usage_file) = listing.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        let path = path.trim_start_matches('/');
+        if controllers.split(',').any(|c| c == "memory") {
+            Some((
+                root.join("memory").join(path),
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+            ))
+        } else if controllers.is_empty() && root.join(path).join("memory.max").exists() {
+            Some((root.join(path), "memory.max", "memory.current"))
+        } else {
+            None
+        }
+    })?;
+    let read = |file: &Path| -> Option<u64> {
+        let text = std::fs::read_to_string(file).ok()?;
+        // v1 writes "unlimited" as the largest page-aligned i64.
+        text.trim().parse::<u64>().ok().filter(|&b| b < 1 << 60)
+    };
+    let mut limit: Option<u64> = None;
+    let mut level = dir.as_path();
+    while level.starts_with(root) {
+        if let Some(bytes) = read(&level.join(limit_file)) {
+            limit = Some(limit.map_or(bytes, |l| l.min(bytes)));
+        }
+        match level.parent() {
+            Some(parent) => level = parent,
+            None => break,
+        }
+    }
+    let used = read(&dir.join(usage_file)).unwrap_or(0);
+    Some(limit?.saturating_sub(used))
 }
 
 /// Ends the touching after the MiB in progress and waits for the thread
@@ -145,4 +220,66 @@ fn touch(mib: u32, stop: &std::sync::atomic::AtomicBool) {
         took_ms = started.elapsed().as_millis() as u64,
         "heap pre-touched"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn v2_headroom_is_the_tightest_limit_up_the_tree_less_usage() {
+        let dir = tempfile::tempdir().unwrap();
+        let (proc_cgroup, root) = (dir.path().join("cgroup"), dir.path().join("fs"));
+        write(&proc_cgroup, "0::/box/app\n");
+        write(&root.join("box/app/memory.max"), "max\n");
+        write(&root.join("box/app/memory.current"), "104857600\n");
+        assert_eq!(
+            cgroup_headroom(&proc_cgroup, &root),
+            None,
+            "no limit anywhere"
+        );
+        write(&root.join("box/memory.max"), "536870912\n");
+        assert_eq!(
+            cgroup_headroom(&proc_cgroup, &root),
+            Some((512 << 20) - (100 << 20))
+        );
+        write(&root.join("box/app/memory.max"), "209715200\n");
+        assert_eq!(cgroup_headroom(&proc_cgroup, &root), Some(100 << 20));
+        write(&root.join("box/app/memory.current"), "999999999999\n");
+        assert_eq!(
+            cgroup_headroom(&proc_cgroup, &root),
+            Some(0),
+            "over the limit: nothing left"
+        );
+    }
+
+    #[test]
+    fn v1_headroom_reads_the_memory_controller_and_ignores_unlimited() {
+        let dir = tempfile::tempdir().unwrap();
+        let (proc_cgroup, root) = (dir.path().join("cgroup"), dir.path().join("fs"));
+        write(&proc_cgroup, "5:cpu,cpuacct:/x\n4:memory:/jobs/7\n0::/\n");
+        write(
+            &root.join("memory/jobs/7/memory.limit_in_bytes"),
+            "9223372036854771712\n",
+        );
+        write(
+            &root.join("memory/jobs/7/memory.usage_in_bytes"),
+            "1048576\n",
+        );
+        assert_eq!(cgroup_headroom(&proc_cgroup, &root), None, "v1's unlimited");
+        write(
+            &root.join("memory/jobs/7/memory.limit_in_bytes"),
+            "268435456\n",
+        );
+        assert_eq!(
+            cgroup_headroom(&proc_cgroup, &root),
+            Some((256 << 20) - (1 << 20))
+        );
+        assert_eq!(cgroup_headroom(&dir.path().join("absent"), &root), None);
+    }
 }
