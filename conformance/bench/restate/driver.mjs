@@ -1,5 +1,6 @@
 // Drives the Restate side of berth's peer benchmarks (run by ../suite.py)
-// through restate-server's HTTP ingress and admin API, with Node's fetch.
+// through restate-server's HTTP ingress and admin API, with Node's fetch
+// (and, for the timers workload, Node's HTTP/2 client: see `h2call`).
 //
 //   node driver.mjs ready    --ingress URL --admin URL
 //   node driver.mjs register --admin URL --uri SERVICE_URL
@@ -16,6 +17,7 @@
 
 import { readFileSync, writeFileSync } from "node:fs";
 import { randomUUID } from "node:crypto";
+import http2 from "node:http2";
 
 function parseArgs(argv) {
   const [command, ...rest] = argv;
@@ -61,6 +63,62 @@ async function call(url, { method = "POST", body, headers = {} } = {}) {
     throw new Error(`${method} ${url} answered ${res.status}: ${text}`);
   }
   return text.length ? JSON.parse(text) : null;
+}
+
+/**
+ * HTTP/2 (cleartext, prior knowledge) to Restate's ingress, which speaks it:
+ * many calls in flight share a few connections. The timers workload keeps
+ * every unit's call open until its unit wakes (10,000 at once); over
+ * HTTP/1.1 that is a socket per call on both sides, and under this
+ * machine's 20,000 open-files hard limit (which the suite cannot raise
+ * without CAP_SYS_RESOURCE) Restate's ingress ran out of file descriptors
+ * near 8,000 and the server shut itself down. `H2_STREAMS` calls share one
+ * connection (below the server's advertised stream limit); connections are
+ * opened as the calls in flight need them.
+ */
+const H2_STREAMS = 100;
+const h2Pool = [];
+
+function h2Session(origin) {
+  let entry = h2Pool.find((e) => e.origin === origin && e.inFlight < H2_STREAMS && !e.session.destroyed);
+  if (!entry) {
+    const session = http2.connect(origin);
+    session.on("error", () => {}); // each stream reports its own failure
+    entry = { origin, session, inFlight: 0 };
+    h2Pool.push(entry);
+  }
+  return entry;
+}
+
+/** `call` over HTTP/2: the same contract (JSON in and out, throws on a non-2xx). */
+function h2call(url, { method = "POST", body } = {}) {
+  const u = new URL(url);
+  const entry = h2Session(u.origin);
+  entry.inFlight++;
+  return new Promise((resolve, reject) => {
+    const headers = { ":method": method, ":path": u.pathname + u.search };
+    if (body !== undefined) headers["content-type"] = "application/json";
+    const req = entry.session.request(headers);
+    let status = 0;
+    const chunks = [];
+    req.on("response", (h) => { status = h[":status"]; });
+    req.on("data", (c) => chunks.push(c));
+    req.on("error", (e) => { entry.inFlight--; reject(e); });
+    req.on("end", () => {
+      entry.inFlight--;
+      const text = Buffer.concat(chunks).toString("utf8");
+      if (status < 200 || status > 299) {
+        reject(new Error(`${method} ${url} answered ${status}: ${text}`));
+      } else {
+        resolve(text.length ? JSON.parse(text) : null);
+      }
+    });
+    req.end(body === undefined ? undefined : JSON.stringify(body));
+  });
+}
+
+function h2close() {
+  for (const e of h2Pool.splice(0)) e.session.close();
 }
 
 /** Runs `fn(i)` for i in 0..n with at most `limit` at once. */
@@ -109,9 +167,9 @@ async function timers({ ingress, n, "delay-ms": delayMs = "1000" }) {
   const one = async () => {
     const sentWall = Date.now();
     const t0 = performance.now();
-    const sent = await call(`${ingress}/bench/timer/send`, { body: delay });
+    const sent = await h2call(`${ingress}/bench/timer/send`, { body: delay });
     const ack = micros(t0);
-    const { t0: u0, t1: u1 } = await call(
+    const { t0: u0, t1: u1 } = await h2call(
       `${ingress}/restate/invocation/${sent.invocationId}/attach`,
       { method: "GET" },
     );
@@ -125,6 +183,7 @@ async function timers({ ingress, n, "delay-ms": delayMs = "1000" }) {
     };
   };
   const results = await Promise.all(Array.from({ length: count }, one));
+  h2close();
   return {
     system: "restate",
     n: count,
