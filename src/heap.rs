@@ -127,14 +127,16 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 const HEADROOM_SHARE: u64 = 4;
 
 /// Bytes this process's memory cgroup may still grow by before the kernel
-/// kills it: the smallest limit on the way from its cgroup up to the
-/// hierarchy's root, less what the cgroup uses now. `None`: no limit
-/// (`max`, or v1's near-`u64::MAX` "unlimited"), or no cgroup to read.
-/// Reads cgroup v2 (`0::<path>`, `memory.max`, `memory.current`) and v1
-/// (`N:memory:<path>`, `memory.limit_in_bytes`, `memory.usage_in_bytes`,
-/// under `memory/`); inside a cgroup namespace the path is `/`, the
-/// container's own cgroup at the mount's root. `proc_cgroup` is
-/// `/proc/self/cgroup`, `root` the mount point (parameters for tests).
+/// kills something: at every level from its cgroup up to the hierarchy's
+/// root that has a limit, the limit less that level's usage (which counts
+/// every process below it, a sidecar's too), and the smallest of those.
+/// `None`: no limit anywhere (`max`, or v1's near-`u64::MAX` "unlimited"),
+/// or no cgroup to read. Reads cgroup v2 (`0::<path>`, `memory.max`,
+/// `memory.current`) and v1 (`N:memory:<path>`, `memory.limit_in_bytes`,
+/// `memory.usage_in_bytes`, under `memory/`); inside a cgroup namespace the
+/// path is `/`, the container's own cgroup at the mount's root.
+/// `proc_cgroup` is `/proc/self/cgroup`, `root` the mount point
+/// (parameters for tests).
 fn cgroup_headroom(proc_cgroup: &Path, root: &Path) -> Option<u64> {
     let listing = std::fs::read_to_string(proc_cgroup).ok()?;
     let (dir, limit_file, usage_file) = listing.lines().find_map(|line| {
@@ -158,19 +160,19 @@ fn cgroup_headroom(proc_cgroup: &Path, root: &Path) -> Option<u64> {
         // v1 writes "unlimited" as the largest page-aligned i64.
         text.trim().parse::<u64>().ok().filter(|&b| b < 1 << 60)
     };
-    let mut limit: Option<u64> = None;
+    let mut headroom: Option<u64> = None;
     let mut level = dir.as_path();
     while level.starts_with(root) {
-        if let Some(bytes) = read(&level.join(limit_file)) {
-            limit = Some(limit.map_or(bytes, |l| l.min(bytes)));
+        if let Some(limit) = read(&level.join(limit_file)) {
+            let left = limit.saturating_sub(read(&level.join(usage_file)).unwrap_or(0));
+            headroom = Some(headroom.map_or(left, |h| h.min(left)));
         }
         match level.parent() {
             Some(parent) => level = parent,
             None => break,
         }
     }
-    let used = read(&dir.join(usage_file)).unwrap_or(0);
-    Some(limit?.saturating_sub(used))
+    headroom
 }
 
 /// Ends the touching after the MiB in progress and waits for the thread
@@ -232,29 +234,44 @@ mod tests {
     }
 
     #[test]
-    fn v2_headroom_is_the_tightest_limit_up_the_tree_less_usage() {
+    fn v2_headroom_is_the_least_any_limit_up_the_tree_leaves() {
         let dir = tempfile::tempdir().unwrap();
         let (proc_cgroup, root) = (dir.path().join("cgroup"), dir.path().join("fs"));
         write(&proc_cgroup, "0::/box/app\n");
+        // A parent's usage counts everything below it.
         write(&root.join("box/app/memory.max"), "max\n");
-        write(&root.join("box/app/memory.current"), "104857600\n");
+        write(
+            &root.join("box/app/memory.current"),
+            &format!("{}\n", 100 << 20),
+        );
+        write(
+            &root.join("box/memory.current"),
+            &format!("{}\n", 100 << 20),
+        );
         assert_eq!(
             cgroup_headroom(&proc_cgroup, &root),
             None,
             "no limit anywhere"
         );
-        write(&root.join("box/memory.max"), "536870912\n");
-        assert_eq!(
-            cgroup_headroom(&proc_cgroup, &root),
-            Some((512 << 20) - (100 << 20))
+        write(&root.join("box/memory.max"), &format!("{}\n", 512 << 20));
+        assert_eq!(cgroup_headroom(&proc_cgroup, &root), Some(412 << 20));
+        write(
+            &root.join("box/app/memory.max"),
+            &format!("{}\n", 200 << 20),
         );
-        write(&root.join("box/app/memory.max"), "209715200\n");
         assert_eq!(cgroup_headroom(&proc_cgroup, &root), Some(100 << 20));
-        write(&root.join("box/app/memory.current"), "999999999999\n");
+        // A sibling under the parent's limit uses most of it: what the
+        // parent's limit leaves decides, not berth's own usage.
+        write(
+            &root.join("box/memory.current"),
+            &format!("{}\n", 496 << 20),
+        );
+        assert_eq!(cgroup_headroom(&proc_cgroup, &root), Some(16 << 20));
+        write(&root.join("box/memory.current"), "999999999999\n");
         assert_eq!(
             cgroup_headroom(&proc_cgroup, &root),
             Some(0),
-            "over the limit: nothing left"
+            "over a limit: nothing left"
         );
     }
 
