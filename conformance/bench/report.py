@@ -53,7 +53,15 @@ def write(results: dict, out: Path) -> None:
     add = lines.append
     m = results["machine"]
     quick = results["mode"] == "quick"
-    add(f"# berth vs Temporal vs Restate — {'QUICK smoke run' if quick else 'full run'}")
+    systems = results.get("systems_run", list(results["systems"]))
+    workloads = results.get("workloads_run")
+    partial = set(systems) != {"berth", "temporal", "restate"} or (
+        workloads is not None
+        and set(workloads) != {"floor", "timers", "control", "steps", "density"})
+    kind = "QUICK smoke run" if quick else "full run"
+    if partial:
+        kind += f" (partial: {', '.join(systems)}; {', '.join(workloads or [])})"
+    add(f"# berth vs Temporal vs Restate — {kind}")
     add("")
     if quick:
         add("**This is a `--quick` run: few units, for checking that the suite works. "

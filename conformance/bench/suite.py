@@ -870,6 +870,9 @@ def main() -> int:
     started = time.monotonic()
     results = {
         "mode": "quick" if args.quick else "full",
+        # A run of fewer systems or workloads than all says which.
+        "systems_run": systems,
+        "workloads_run": workloads,
         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "sizes": sizes,
         "targets": TARGETS,

@@ -80,11 +80,18 @@ const H2_STREAMS = 100;
 const h2Pool = [];
 
 function h2Session(origin) {
-  let entry = h2Pool.find((e) => e.origin === origin && e.inFlight < H2_STREAMS && !e.session.destroyed);
+  let entry = h2Pool.find(
+    (e) => e.origin === origin && e.inFlight < H2_STREAMS && !e.gone && !e.session.closed && !e.session.destroyed,
+  );
   if (!entry) {
     const session = http2.connect(origin);
-    session.on("error", () => {}); // each stream reports its own failure
-    entry = { origin, session, inFlight: 0 };
+    entry = { origin, session, inFlight: 0, gone: false };
+    const e = entry;
+    // A connection the server is ending (GOAWAY) or that failed takes no
+    // new calls; each call on it reports its own failure.
+    session.on("goaway", () => { e.gone = true; });
+    session.on("error", () => { e.gone = true; });
+    session.on("close", () => { e.gone = true; });
     h2Pool.push(entry);
   }
   return entry;
