@@ -155,14 +155,26 @@ async def cmd_timers(args: argparse.Namespace) -> None:
     )
 
 
-async def wait_parked(handles: list, query, concurrency: int = 64) -> None:
+async def wait_parked(handles: list, query, concurrency: int = 64,
+                      limit_s: float = 900.0) -> None:
     """Queries every workflow until it reports itself parked (a query is
-    answered after the workflow's pending task, so True means it waits)."""
+    answered after the workflow's pending task, so True means it waits).
+    A query that times out (the dev server or the worker is still working
+    through its backlog: the workflow task is not done yet) counts as "not
+    parked yet" and is asked again; past `limit_s` in all, the last error is
+    raised."""
     sem = asyncio.Semaphore(concurrency)
+    deadline = time.monotonic() + limit_s
 
     async def one(h) -> None:
         async with sem:
-            while not await h.query(query):
+            while True:
+                try:
+                    if await h.query(query):
+                        return
+                except RPCError:
+                    if time.monotonic() > deadline:
+                        raise
                 await asyncio.sleep(0.01)
 
     await asyncio.gather(*(one(h) for h in handles))
