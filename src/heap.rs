@@ -89,21 +89,10 @@ impl Pretouch {
     /// faults in as it grows).
     pub fn start(mib: u32) -> std::io::Result<Self> {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        if mib == 0 || !retains_freed_memory() {
-            return Ok(Self { stop, thread: None });
-        }
-        let mib = match cgroup_headroom(Path::new("/proc/self/cgroup"), Path::new(CGROUP_ROOT)) {
-            Some(headroom) if u64::from(mib) << 20 > headroom / HEADROOM_SHARE => {
-                let capped = u32::try_from((headroom / HEADROOM_SHARE) >> 20).unwrap_or(u32::MAX);
-                tracing::info!(
-                    configured_mib = mib,
-                    pretouch_mib = capped,
-                    headroom_mib = headroom >> 20,
-                    "heap_pretouch_mib lowered to a quarter of what the memory cgroup's limit leaves"
-                );
-                capped
-            }
-            _ => mib,
+        let mib = if mib == 0 || !retains_freed_memory() {
+            0
+        } else {
+            within_cgroup_headroom(mib)
         };
         if mib == 0 {
             return Ok(Self { stop, thread: None });
@@ -117,6 +106,27 @@ impl Pretouch {
             thread: Some(thread),
         })
     }
+}
+
+/// `mib`, or less: at most [`HEADROOM_SHARE`]'s share of what the memory
+/// cgroup's limits leave (logged at info when lowered).
+fn within_cgroup_headroom(mib: u32) -> u32 {
+    let Some(headroom) = cgroup_headroom(Path::new("/proc/self/cgroup"), Path::new(CGROUP_ROOT))
+    else {
+        return mib;
+    };
+    let share = headroom / HEADROOM_SHARE;
+    if u64::from(mib) << 20 <= share {
+        return mib;
+    }
+    let capped = u32::try_from(share >> 20).unwrap_or(u32::MAX);
+    tracing::info!(
+        configured_mib = mib,
+        pretouch_mib = capped,
+        headroom_mib = headroom >> 20,
+        "heap_pretouch_mib lowered to a quarter of what the memory cgroup's limit leaves"
+    );
+    capped
 }
 
 /// Where the cgroup filesystems are mounted.

@@ -53,14 +53,10 @@ def write(results: dict, out: Path) -> None:
     add = lines.append
     m = results["machine"]
     quick = results["mode"] == "quick"
-    systems = results.get("systems_run", list(results["systems"]))
-    workloads = results.get("workloads_run")
-    partial = set(systems) != {"berth", "temporal", "restate"} or (
-        workloads is not None
-        and set(workloads) != {"floor", "timers", "control", "steps", "density"})
     kind = "QUICK smoke run" if quick else "full run"
-    if partial:
-        kind += f" (partial: {', '.join(systems)}; {', '.join(workloads or [])})"
+    if results.get("partial"):
+        kind += (f" (partial: {', '.join(results['systems_run'])}; "
+                 f"{', '.join(results['workloads_run'])})")
     add(f"# berth vs Temporal vs Restate — {kind}")
     add("")
     if quick:

@@ -873,6 +873,7 @@ def main() -> int:
         # A run of fewer systems or workloads than all says which.
         "systems_run": systems,
         "workloads_run": workloads,
+        "partial": set(systems) != set(SYSTEMS) or set(workloads) != set(WORKLOADS),
         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "sizes": sizes,
         "targets": TARGETS,
