@@ -376,10 +376,10 @@ mod tests {
     }
 
     fn record() -> Arc<EventRecord> {
-        Arc::new(EventRecord {
-            at: chrono::DateTime::from_timestamp_millis(0).unwrap(),
-            event: SessionEvent::SessionClosed {},
-        })
+        Arc::new(EventRecord::new(
+            chrono::DateTime::from_timestamp_millis(0).unwrap(),
+            SessionEvent::SessionClosed {},
+        ))
     }
 
     #[test]

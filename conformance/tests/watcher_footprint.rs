@@ -35,10 +35,10 @@ impl Watcher for Counter {
 }
 
 fn record() -> Arc<EventRecord> {
-    Arc::new(EventRecord {
-        at: chrono::DateTime::from_timestamp_millis(0).expect("epoch"),
-        event: SessionEvent::SessionClosed {},
-    })
+    Arc::new(EventRecord::new(
+        chrono::DateTime::from_timestamp_millis(0).expect("epoch"),
+        SessionEvent::SessionClosed {},
+    ))
 }
 
 /// One connection watching sessions whose events were published in order

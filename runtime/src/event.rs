@@ -6,8 +6,11 @@
 //! one `_berth/agentEvent` notification) both live and when `session/load`
 //! replays the log.
 
+use std::sync::{Arc, OnceLock};
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::content::Prompt;
@@ -309,7 +312,8 @@ impl SessionEvent {
     }
 }
 
-/// A journaled event with the time it was recorded.
+/// A journaled event with the time it was recorded: JSON `{"at", "event"}`
+/// (the row the journal stores, and what `session/load` replays).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {
     /// When the event was recorded (injected clock).
@@ -317,6 +321,58 @@ pub struct EventRecord {
     pub at: DateTime<Utc>,
     /// The fact.
     pub event: SessionEvent,
+    /// `event` as JSON, once encoded (see [`EventRecord::event_json`]).
+    #[serde(skip)]
+    encoded: EncodedEvent,
+}
+
+impl EventRecord {
+    /// `event`, recorded at `at`.
+    pub fn new(at: DateTime<Utc>, event: SessionEvent) -> Self {
+        Self {
+            at,
+            event,
+            encoded: EncodedEvent::default(),
+        }
+    }
+
+    /// `event` as compact JSON, byte for byte what serializing it writes.
+    /// Encoded on the first call and then shared: the journal row that
+    /// stores the record and every notification that renders it splice
+    /// these bytes, so an event is serialized once however many watchers
+    /// see it (`bench-sched`'s wake-up burst serialized each event twice,
+    /// row and frame). Records are never changed once stamped; a change to
+    /// `event` after this was called would not be seen by it.
+    pub fn event_json(&self) -> &RawValue {
+        self.encoded.0.get_or_init(|| {
+            // Events serialize infallibly (string keys only), as every
+            // journal row does (`berth_storage`'s encoding).
+            let json = serde_json::value::to_raw_value(&self.event)
+                .unwrap_or_else(|_| RawValue::NULL.to_owned());
+            Arc::from(json)
+        })
+    }
+}
+
+/// A cache, not part of a record's value: never serialized, always equal,
+/// and shared by clones.
+#[derive(Clone, Default)]
+struct EncodedEvent(OnceLock<Arc<RawValue>>);
+
+impl PartialEq for EncodedEvent {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for EncodedEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "encoded"
+        } else {
+            "not encoded"
+        })
+    }
 }
 
 /// How a control was arbitrated.
@@ -357,4 +413,35 @@ pub struct ControlOutcome {
     /// When the control was arbitrated (signed with the rest).
     #[serde(with = "crate::clock::rfc3339")]
     pub decided_at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shared encoding is what serializing the event writes, a clone
+    /// taken after encoding shares it, and it is no part of the record's
+    /// value (equality, JSON).
+    #[test]
+    fn the_shared_encoding_is_the_events_json() {
+        let record = EventRecord::new(
+            DateTime::from_timestamp_millis(1_700_000_000_123).unwrap_or_default(),
+            SessionEvent::AgentMessageChunk {
+                text: "ü \"q\" \\ \n 😀 \u{2028}".into(),
+            },
+        );
+        let fresh = record.clone();
+        let json = record.event_json().get();
+        assert_eq!(json, serde_json::to_string(&record.event).unwrap());
+        let shared = record.clone();
+        assert!(std::ptr::eq(shared.event_json().get(), json));
+        assert_eq!(fresh, record);
+        assert_eq!(
+            serde_json::to_value(&record).unwrap(),
+            serde_json::json!({
+                "at": "2023-11-14T22:13:20.123Z",
+                "event": {"type": "agent_message_chunk", "text": "ü \"q\" \\ \n 😀 \u{2028}"},
+            })
+        );
+    }
 }

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
@@ -235,16 +236,16 @@ pub fn request_sha256(request: &ModelRequest) -> String {
         &request.turn_messages,
     ))
     .unwrap_or_default();
-    let mut rest = Vec::with_capacity(head.len() + request.tools.json().len() + 1);
-    rest.extend_from_slice(head.strip_suffix(b"]").unwrap_or(&head));
-    rest.push(b',');
-    rest.extend_from_slice(request.tools.json());
-    rest.push(b']');
+    // Hashed piece by piece: the digest is the same as over the spliced
+    // bytes, without copying the tool specs (kilobytes) on every call.
     let mut hasher = Sha256::new();
     hasher.update(b"berth.model_request.v1\0");
     hasher.update(history.as_bytes());
     hasher.update(b"\0");
-    hasher.update(&rest);
+    hasher.update(head.strip_suffix(b"]").unwrap_or(&head));
+    hasher.update(b",");
+    hasher.update(request.tools.json());
+    hasher.update(b"]");
     format!("sha256:{}", hex::encode(hasher.finalize()))
 }
 
@@ -355,12 +356,14 @@ pub struct TapedRecord {
 }
 
 /// The borrowed form a row is written from (same JSON as [`TapedRecord`]).
+/// The event goes in as the record's shared encoding
+/// ([`EventRecord::event_json`]), so the row does not serialize it again.
 #[derive(Debug, Serialize)]
 pub struct TapedRecordRef<'a> {
     /// When.
     pub at: &'a DateTime<Utc>,
-    /// The fact.
-    pub event: &'a SessionEvent,
+    /// The fact, as JSON.
+    pub event: &'a RawValue,
     /// The inputs.
     #[serde(skip_serializing_if = "Tape::is_empty")]
     pub tape: &'a Tape,
@@ -371,7 +374,7 @@ impl<'a> TapedRecordRef<'a> {
     pub fn new(record: &'a EventRecord, tape: &'a Tape) -> Self {
         Self {
             at: &record.at,
-            event: &record.event,
+            event: record.event_json(),
             tape,
         }
     }
@@ -735,10 +738,10 @@ steps = [{ text = "partial" }, { delay_ms = 60000 }, { text = "never" }]
 
     #[test]
     fn a_record_without_tape_keeps_its_old_json() {
-        let record = EventRecord {
-            at: Utc::now(),
-            event: SessionEvent::AgentMessageChunk { text: "x".into() },
-        };
+        let record = EventRecord::new(
+            Utc::now(),
+            SessionEvent::AgentMessageChunk { text: "x".into() },
+        );
         let empty = Tape::default();
         assert_eq!(
             serde_json::to_vec(&TapedRecordRef::new(&record, &empty)).unwrap(),

@@ -293,12 +293,8 @@ impl Batch {
 
     /// Appends an event to the session's log; its id is the session's next
     /// event id, returned by `commit` in append order.
-    pub fn append(mut self, session: &SessionId, event: &EventRecord) -> Self {
-        self.ops.push(Op::AppendEvent {
-            id: session.0.clone(),
-            value: json(event),
-        });
-        self
+    pub fn append(self, session: &SessionId, event: &EventRecord) -> Self {
+        self.append_taped(session, event, &Tape::default())
     }
 
     /// Like [`Batch::append`], with the replay `tape` entries the event

@@ -23,10 +23,7 @@ fn at(ms: i64) -> chrono::DateTime<chrono::Utc> {
 }
 
 fn chunk(text: &str) -> EventRecord {
-    EventRecord {
-        at: at(0),
-        event: SessionEvent::AgentMessageChunk { text: text.into() },
-    }
+    EventRecord::new(at(0), SessionEvent::AgentMessageChunk { text: text.into() })
 }
 
 fn outcome(session: &str, n: i64) -> ControlOutcome {
@@ -45,16 +42,16 @@ fn outcome(session: &str, n: i64) -> ControlOutcome {
 }
 
 fn signed_outcome(journal: &Journal, session: &str, n: i64) -> EventRecord {
-    EventRecord {
-        at: at(n),
-        event: SessionEvent::ControlOutcome(journal.keyring().sign(outcome(session, n))),
-    }
+    EventRecord::new(
+        at(n),
+        SessionEvent::ControlOutcome(journal.keyring().sign(outcome(session, n))),
+    )
 }
 
 fn drain(journal: &Journal, session: &str, n: i64) -> EventRecord {
-    EventRecord {
-        at: at(n),
-        event: SessionEvent::DrainDecisionReceipt(journal.keyring().sign(DrainDecisionReceipt {
+    EventRecord::new(
+        at(n),
+        SessionEvent::DrainDecisionReceipt(journal.keyring().sign(DrainDecisionReceipt {
             session_id: SessionId::from(session),
             turn_id: None,
             item: DrainedItem::Injection {
@@ -66,7 +63,7 @@ fn drain(journal: &Journal, session: &str, n: i64) -> EventRecord {
             reason: None,
             decided_at: at(n),
         })),
-    }
+    )
 }
 
 fn open(dir: &Path) -> Journal {

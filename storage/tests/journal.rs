@@ -10,10 +10,7 @@ fn at() -> chrono::DateTime<chrono::Utc> {
 }
 
 fn chunk(text: &str) -> EventRecord {
-    EventRecord {
-        at: at(),
-        event: SessionEvent::AgentMessageChunk { text: text.into() },
-    }
+    EventRecord::new(at(), SessionEvent::AgentMessageChunk { text: text.into() })
 }
 
 fn session(id: &str) -> SessionRecord {

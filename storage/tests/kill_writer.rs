@@ -20,10 +20,10 @@ use berth_storage::{Batch, Journal, JournalOptions, StorageError};
 const SESSIONS: usize = 16;
 
 fn record(text: String) -> EventRecord {
-    EventRecord {
-        at: chrono::DateTime::from_timestamp_millis(0).unwrap_or_default(),
-        event: SessionEvent::AgentMessageChunk { text },
-    }
+    EventRecord::new(
+        chrono::DateTime::from_timestamp_millis(0).unwrap_or_default(),
+        SessionEvent::AgentMessageChunk { text },
+    )
 }
 
 /// The child half; a no-op unless run by `acked_appends_survive_sigkill`.

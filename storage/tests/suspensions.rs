@@ -17,10 +17,7 @@ fn at(ms: i64) -> chrono::DateTime<chrono::Utc> {
 }
 
 fn chunk(text: &str) -> EventRecord {
-    EventRecord {
-        at: at(0),
-        event: SessionEvent::AgentMessageChunk { text: text.into() },
-    }
+    EventRecord::new(at(0), SessionEvent::AgentMessageChunk { text: text.into() })
 }
 
 fn texts(j: &Journal, sid: &SessionId) -> Vec<String> {

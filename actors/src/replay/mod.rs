@@ -556,10 +556,7 @@ impl Walk<'_> {
             handle: suspension.handle.clone(),
             reason: reason.clone(),
         };
-        let record = EventRecord {
-            at: rows[i].rec.at,
-            event: cancelled,
-        };
+        let record = EventRecord::new(rows[i].rec.at, cancelled);
         let mut next = self.expect(i, std::slice::from_ref(&record))?;
         if self.parked_frame_open() {
             next = self.seal_parked_at(next, format!("not run: {reason}"), i)?;
@@ -763,10 +760,10 @@ impl Walk<'_> {
             turn_id: turn_id.clone(),
             resumed_at: *resumed_at,
         };
-        let produced = EventRecord {
-            at: rows[ri].rec.at,
-            event: SessionEvent::ResumptionReceipt(self.env.keyring.sign(receipt)),
-        };
+        let produced = EventRecord::new(
+            rows[ri].rec.at,
+            SessionEvent::ResumptionReceipt(self.env.keyring.sign(receipt)),
+        );
         let mut seq = self.sequencer(ri, turn_id.clone());
         seq.expect_at(&self.env, ri, &produced)
             .map_err(ReplayError::Nondeterminism)?;

@@ -504,10 +504,7 @@ fn resign(
         }
         (event, _) => event.clone(),
     };
-    Ok(EventRecord {
-        at: produced.at,
-        event,
-    })
+    Ok(EventRecord::new(produced.at, event))
 }
 
 impl Shared {

@@ -298,12 +298,12 @@ pub(crate) fn stamp(
             )),
             _ => None,
         };
-        out.push(EventRecord { at: now, event });
+        out.push(EventRecord::new(now, event));
         if let Some((item, seam, action, reason)) = drained {
-            out.push(EventRecord {
-                at: now,
-                event: drain_receipt(env, session_id, turn_id, item, seam, action, reason, now),
-            });
+            out.push(EventRecord::new(
+                now,
+                drain_receipt(env, session_id, turn_id, item, seam, action, reason, now),
+            ));
         }
     }
     out

@@ -147,15 +147,15 @@ pub async fn seal_open_turn(
         now,
         loose_ends(&turn_events),
     );
-    events.push(EventRecord {
-        at: now,
-        event: SessionEvent::TurnEnded {
+    events.push(EventRecord::new(
+        now,
+        SessionEvent::TurnEnded {
             turn_id: open.turn_id.clone(),
             stop_reason: terminal.stop_reason(),
             terminal,
             usage,
         },
-    });
+    ));
     let mut batch = events
         .iter()
         .fold(Batch::new(), |b, e| b.append(session_id, e));

@@ -594,10 +594,10 @@ mod tests {
     use berth_runtime::terminal::Terminal;
 
     fn rec(event: SessionEvent) -> EventRecord {
-        EventRecord {
-            at: DateTime::from_timestamp_millis(1_700_000_000_123).unwrap(),
+        EventRecord::new(
+            DateTime::from_timestamp_millis(1_700_000_000_123).unwrap(),
             event,
-        }
+        )
     }
 
     #[test]

@@ -116,7 +116,9 @@ fn update(notice: &SessionNotice, update: SessionUpdate) -> String {
     )
 }
 
-fn agent_event(notice: &SessionNotice, event: &SessionEvent) -> String {
+/// A `_berth/agentEvent`; its `event` is the record's shared encoding (the
+/// bytes the journal row holds), not serialized again per frame.
+fn agent_event(notice: &SessionNotice) -> String {
     /// `_berth/agentEvent` params, in wire order.
     #[derive(serde::Serialize)]
     struct AgentEvent<'a, At> {
@@ -126,7 +128,7 @@ fn agent_event(notice: &SessionNotice, event: &SessionEvent) -> String {
         event_id: u64,
         #[serde(rename = "type")]
         kind: &'a str,
-        event: &'a SessionEvent,
+        event: &'a serde_json::value::RawValue,
         at: &'a At,
         #[serde(rename = "_meta")]
         meta: NoticeMeta,
@@ -136,8 +138,8 @@ fn agent_event(notice: &SessionNotice, event: &SessionEvent) -> String {
         &AgentEvent {
             session_id: &notice.session_id,
             event_id: notice.event_id,
-            kind: event.type_name(),
-            event,
+            kind: notice.record.event.type_name(),
+            event: notice.record.event_json(),
             at: &notice.record.at,
             meta: notice_meta(notice),
         },
@@ -299,7 +301,7 @@ pub fn render_notice(notice: &SessionNotice, options: RenderOptions) -> Vec<Stri
         | SessionEvent::SuspendRequested { .. }
         | SessionEvent::Suspended { .. }
         | SessionEvent::Resumed { .. }
-        | SessionEvent::SuspensionCancelled { .. } => vec![agent_event(notice, event)],
+        | SessionEvent::SuspensionCancelled { .. } => vec![agent_event(notice)],
     }
 }
 
@@ -317,10 +319,10 @@ mod tests {
         SessionNotice {
             session_id: SessionId::from("sess_1"),
             event_id: 7,
-            record: Arc::new(EventRecord {
-                at: serde_json::from_value(json!("2023-11-14T22:13:20.123Z")).unwrap(),
+            record: Arc::new(EventRecord::new(
+                serde_json::from_value(json!("2023-11-14T22:13:20.123Z")).unwrap(),
                 event,
-            }),
+            )),
             replayed,
         }
     }

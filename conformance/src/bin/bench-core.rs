@@ -992,12 +992,12 @@ async fn journal_run(
         },
     )
     .with_context(|| format!("cannot open a journal at {}", path.display()))?;
-    let record = Arc::new(EventRecord {
-        at: SystemClock.now(),
-        event: SessionEvent::AgentMessageChunk {
+    let record = Arc::new(EventRecord::new(
+        SystemClock.now(),
+        SessionEvent::AgentMessageChunk {
             text: "a small benchmark event: forty-odd bytes of text".into(),
         },
-    });
+    ));
     let measure_start = Instant::now() + warmup;
     let deadline = measure_start + measure;
     let mut tasks = Vec::with_capacity(sessions);

@@ -137,13 +137,13 @@ pub(crate) async fn begin(
         record.title = Some(first_line).filter(|t| !t.trim().is_empty());
     }
     let mut events: Vec<EventRecord> = stamp(&env, &session_id, None, now, prelude.events);
-    events.push(EventRecord {
-        at: now,
-        event: SessionEvent::TurnStarted {
+    events.push(EventRecord::new(
+        now,
+        SessionEvent::TurnStarted {
             turn_id: turn_id.clone(),
             prompt: prompt.clone(),
         },
-    });
+    ));
     let open = OpenTurn {
         session_id: session_id.clone(),
         turn_id: turn_id.clone(),
