@@ -90,6 +90,11 @@ WORKLOADS = ("floor", "timers", "control", "steps", "density")
 FULL = {
     "floor": 2000,
     "timers": [1000, 10000],
+    # Runs per N (every system alike); the figures are the median run's.
+    # One 1,000-unit run on this 2-core VM moves by ±20–30 ms from one
+    # minute to the next with the host's load, the size of the difference
+    # the 1.1 s target asks about.
+    "timers_runs": {1000: 5, 10000: 1},
     "control": 1000,
     "steps": [1, 10, 100],
     "steps_secs": 10.0,
@@ -99,6 +104,7 @@ FULL = {
 QUICK = {
     "floor": 300,
     "timers": [100],
+    "timers_runs": {100: 1},
     "control": 20,
     "steps": [1, 10, 100],
     "steps_secs": 1.0,
@@ -760,6 +766,14 @@ class Restate:
 # ---------------------------------------------------------------------------
 
 
+def median_run(runs: list) -> dict:
+    """Of several runs of one timers workload, the run with the median wall
+    (the lower middle one of an even count, when a run failed), every
+    figure its own, plus each run's wall (`wall_runs_s`, in run order)."""
+    median = sorted(runs, key=lambda r: r["wall_s"])[(len(runs) - 1) // 2]
+    return {**median, "runs": len(runs), "wall_runs_s": [r["wall_s"] for r in runs]}
+
+
 def recover(system) -> None:
     """Lets a system that died in a failed run come back for the next one
     (for the systems that know how: `recover()`); a failure to recover is
@@ -795,12 +809,18 @@ def run_system(cls, args, sizes, work, procs, workloads, results) -> None:
                     # finished 1,000 down with it.
                     out = []
                     for n in sizes["timers"]:
-                        try:
-                            out.append(system.timers(n))
-                        except Exception as e:  # noqa: BLE001 — reported, the suite goes on
-                            log(f"{name}: timers N={n} failed: {e}")
-                            sysres.setdefault("errors", {})[f"timers N={n}"] = str(e)
-                            recover(system)
+                        runs = []
+                        for k in range(sizes["timers_runs"].get(n, 1)):
+                            if k:
+                                time.sleep(2)  # the previous run's tail settles
+                            try:
+                                runs.append({**system.timers(n), "n": n})
+                            except Exception as e:  # noqa: BLE001 — reported, the suite goes on
+                                log(f"{name}: timers N={n} run {k + 1} failed: {e}")
+                                sysres.setdefault("errors", {})[f"timers N={n} run {k + 1}"] = str(e)
+                                recover(system)
+                        if runs:
+                            out.append(median_run(runs))
                     if not out:
                         raise RuntimeError("every timers run failed")
                 elif workload == "control":
