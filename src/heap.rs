@@ -120,12 +120,20 @@ fn within_cgroup_headroom(mib: u32) -> u32 {
         return mib;
     }
     let capped = u32::try_from(share >> 20).unwrap_or(u32::MAX);
-    tracing::info!(
-        configured_mib = mib,
-        pretouch_mib = capped,
-        headroom_mib = headroom >> 20,
-        "heap_pretouch_mib lowered to a quarter of what the memory cgroup's limit leaves"
-    );
+    if capped == 0 {
+        tracing::info!(
+            configured_mib = mib,
+            headroom_mib = headroom >> 20,
+            "heap pre-touch skipped: a quarter of what the memory cgroup's limit leaves is under 1 MiB"
+        );
+    } else {
+        tracing::info!(
+            configured_mib = mib,
+            pretouch_mib = capped,
+            headroom_mib = headroom >> 20,
+            "heap_pretouch_mib lowered to a quarter of what the memory cgroup's limit leaves"
+        );
+    }
     capped
 }
 

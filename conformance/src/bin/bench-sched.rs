@@ -464,14 +464,16 @@ async fn read_stamped(
             continue;
         };
         let rest = buf.split_off(end + 1);
-        let lines = buf[..end]
-            .split(|&b| b == b'\n')
-            .map(|line| Stamped {
-                at,
-                wall,
-                line: String::from_utf8_lossy(line).into_owned(),
-            })
-            .collect();
+        let stamped = |line: String| Stamped { at, wall, line };
+        // Checked as UTF-8 once per read (berth writes only UTF-8); a read
+        // that is not is taken line by line, lossily.
+        let lines = match std::str::from_utf8(&buf[..end]) {
+            Ok(text) => text.split('\n').map(|l| stamped(l.to_owned())).collect(),
+            Err(_) => buf[..end]
+                .split(|&b| b == b'\n')
+                .map(|l| stamped(String::from_utf8_lossy(l).into_owned()))
+                .collect(),
+        };
         buf = rest;
         if tx.send(lines).is_err() {
             break;
