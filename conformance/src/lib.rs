@@ -136,6 +136,31 @@ pub mod host {
         }
         Some(total)
     }
+    /// The next message berth's stdout reader task sends on `rx`, waiting at
+    /// most `timeout`.
+    ///
+    /// # Errors
+    /// When berth sent nothing for `timeout`, or the reader ended (berth
+    /// closed its stdout): the message quotes the tail of `stderr_path`.
+    pub async fn next_from_berth<T>(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
+        timeout: std::time::Duration,
+        stderr_path: &Path,
+    ) -> anyhow::Result<T> {
+        match tokio::time::timeout(timeout, rx.recv()).await {
+            Err(_) => bail!(
+                "berth sent nothing for {} s\n{}",
+                timeout.as_secs(),
+                stderr_tail(stderr_path)
+            ),
+            Ok(None) => bail!(
+                "berth closed its stdout (exited?)\n{}",
+                stderr_tail(stderr_path)
+            ),
+            Ok(Some(message)) => Ok(message),
+        }
+    }
+
     /// The last lines berth wrote to its stderr file, for error messages.
     pub fn stderr_tail(stderr_path: &Path) -> String {
         let text = std::fs::read_to_string(stderr_path).unwrap_or_default();

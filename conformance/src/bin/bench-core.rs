@@ -162,7 +162,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, spawn_berth, stderr_tail};
+use berth_conformance::host::{
+    berth_binary, cpu_ns, cpus, load_average, next_from_berth, spawn_berth, stderr_tail,
+};
 use berth_conformance::stats::LatencySummary;
 use berth_conformance::wire::{classify_frame, Frame};
 use berth_runtime::clock::{Clock, SystemClock};
@@ -1247,18 +1249,8 @@ impl AcpPipe {
 
     /// The next frame and when it was read.
     async fn recv(&mut self) -> anyhow::Result<(Instant, Value)> {
-        let (at, line) = match tokio::time::timeout(FRAME_TIMEOUT, self.frames.recv()).await {
-            Err(_) => bail!(
-                "berth sent nothing for {} s\n{}",
-                FRAME_TIMEOUT.as_secs(),
-                stderr_tail(&self.stderr_path)
-            ),
-            Ok(None) => bail!(
-                "berth closed its stdout (exited?)\n{}",
-                stderr_tail(&self.stderr_path)
-            ),
-            Ok(Some(frame)) => frame,
-        };
+        let (at, line) =
+            next_from_berth(&mut self.frames, FRAME_TIMEOUT, &self.stderr_path).await?;
         let frame = serde_json::from_str(&line)
             .with_context(|| format!("berth sent a non-JSON line: {line}"))?;
         Ok((at, frame))

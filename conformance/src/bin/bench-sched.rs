@@ -156,7 +156,9 @@
 //! (`/proc/loadavg`) is printed before and after. The last line of output is
 //! a one-line JSON summary of everything printed.
 
-use berth_conformance::host::{berth_binary, cpu_ns, cpus, load_average, spawn_berth, stderr_tail};
+use berth_conformance::host::{
+    berth_binary, cpu_ns, cpus, load_average, next_from_berth, spawn_berth, stderr_tail,
+};
 use berth_conformance::wire::{classify_frame, classify_line, Frame, Lean};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -562,18 +564,8 @@ impl AcpPipe {
             if let Some(stamped) = self.ready.pop_front() {
                 return Ok(stamped);
             }
-            match tokio::time::timeout(FRAME_TIMEOUT, self.frames.recv()).await {
-                Err(_) => bail!(
-                    "berth sent nothing for {} s\n{}",
-                    FRAME_TIMEOUT.as_secs(),
-                    stderr_tail(&self.stderr_path)
-                ),
-                Ok(None) => bail!(
-                    "berth closed its stdout (exited?)\n{}",
-                    stderr_tail(&self.stderr_path)
-                ),
-                Ok(Some(batch)) => self.ready.extend(batch),
-            }
+            let batch = next_from_berth(&mut self.frames, FRAME_TIMEOUT, &self.stderr_path).await?;
+            self.ready.extend(batch);
         }
     }
 
