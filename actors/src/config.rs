@@ -18,7 +18,8 @@ pub const DEFAULT_MAX_LIVE_SESSIONS: usize = 10_000;
 /// Node configuration.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
-    /// Data directory; the journal is `<data_dir>/journal.redb`.
+    /// Data directory; the journal is `<data_dir>/journal.redb` with its
+    /// commit log `<data_dir>/journal.log`.
     pub data_dir: PathBuf,
     /// The model every session uses.
     pub model: Arc<dyn ModelProvider>,

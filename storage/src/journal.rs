@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::batch::Batch;
 use crate::chain;
+use crate::commit_log::{self, CommitLog};
 use crate::error::StorageError;
 use crate::keyring::Keyring;
 use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
@@ -26,9 +27,17 @@ use crate::writer::{self, Request};
 /// The journal format this berth writes and reads (table `meta`, key
 /// `format_version`). Format 1 (no recorded version) had no hash chain and
 /// unsigned receipts; format 2 chains every session's events and signs
-/// receipts. A format-1 journal is refused at open with
-/// [`StorageError::Format`]; it is not migrated.
-pub const JOURNAL_FORMAT: u64 = 2;
+/// receipts; format 3 has the same tables plus the commit log beside the
+/// file (`journal.log`, see `commit_log`), which holds acknowledged groups
+/// that the redb file may not have yet. A format-1 journal is refused at
+/// open with [`StorageError::Format`]; a format-2 one is stamped 3 when
+/// opened (nothing else changes), so that a berth that knows nothing of the
+/// log refuses it instead of opening the redb file without it.
+pub const JOURNAL_FORMAT: u64 = 3;
+
+/// The format before the commit log, read as is and stamped
+/// [`JOURNAL_FORMAT`] when opened for writing.
+pub(crate) const FORMAT_WITHOUT_LOG: u64 = 2;
 
 /// The `meta` key holding the journal format.
 pub(crate) const FORMAT_KEY: &str = "format_version";
@@ -143,6 +152,14 @@ fn stamp_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), Storage
     let found = meta.get(FORMAT_KEY)?.map(|v| v.value());
     match found {
         Some(JOURNAL_FORMAT) => Ok(()),
+        Some(FORMAT_WITHOUT_LOG) => {
+            meta.insert(FORMAT_KEY, JOURNAL_FORMAT)?;
+            tracing::info!(
+                path = %path.display(),
+                "journal format 2 stamped 3 (from now on it is written through a commit log)"
+            );
+            Ok(())
+        }
         Some(other) => Err(StorageError::Format {
             path: path.display().to_string(),
             found: Some(other),
@@ -168,12 +185,15 @@ fn stamp_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), Storage
 
 impl Journal {
     /// Opens (or creates) the journal file at `path` and starts its writer.
-    /// A file left by a crashed process is repaired by redb on open. A new
-    /// journal is stamped with [`JOURNAL_FORMAT`].
+    /// A file left by a crashed process is repaired by redb on open, and the
+    /// groups its commit log (`journal.log` beside it) holds beyond the file
+    /// are replayed into it. A new journal is stamped with [`JOURNAL_FORMAT`].
     ///
     /// # Errors
-    /// [`StorageError::Open`] when the file cannot be opened (bad path,
-    /// permissions, or another process holds it); [`StorageError::Format`]
+    /// [`StorageError::Open`] when the file or its commit log cannot be
+    /// opened (bad path, permissions, or another process holds it);
+    /// [`StorageError::Corrupt`] (table `commit_log`) when the log cannot be
+    /// replayed; [`StorageError::Format`]
     /// for a journal of another format; [`StorageError::Keys`] when no
     /// keyring was given and the key file cannot be loaded or created.
     pub fn open(path: &Path, options: JournalOptions) -> Result<Self, StorageError> {
@@ -220,9 +240,27 @@ impl Journal {
         }
         stamp_format(&txn, path)?;
         txn.commit().map_err(|e| open_err(e.to_string()))?;
+        let log_path = commit_log::path_beside(path);
+        let (mut log, records) = CommitLog::open(&log_path).map_err(|e| StorageError::Open {
+            path: log_path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let last = writer::replay(&db, &keyring, &records)?;
+        if log.len() > 0 {
+            // Every record is in redb now (durably): the log starts over.
+            log.clear().map_err(|e| StorageError::Open {
+                path: log_path.display().to_string(),
+                message: e.to_string(),
+            })?;
+        }
         let db = Arc::new(db);
-        let (sender, thread) =
-            writer::spawn(Arc::clone(&db), options.quick_repair, keyring.clone());
+        let (sender, thread) = writer::spawn(
+            Arc::clone(&db),
+            options.quick_repair,
+            keyring.clone(),
+            log,
+            last + 1,
+        );
         Ok(Self {
             db,
             writer: Arc::new(WriterHandle {

@@ -6,8 +6,10 @@
 //! (`DESIGN.md`, "The journal").
 //!
 //! Writes go through one writer thread that group-commits: it drains every
-//! pending [`Batch`] from all sessions into a single durable write transaction
-//! and acknowledges each only after the commit returned ([`Journal::commit`]).
+//! pending [`Batch`] from all sessions, makes them durable together (one
+//! record appended to the commit log beside the file and fsynced, then one
+//! redb write transaction; see `commit_log`) and acknowledges each only after
+//! that ([`Journal::commit`]).
 //! Reads ([`Journal::session`], [`Journal::events`], …) use their own read
 //! transactions and never wait for the writer.
 //!
@@ -31,6 +33,7 @@
 
 mod batch;
 mod chain;
+mod commit_log;
 mod error;
 mod journal;
 pub mod keyring;

@@ -1,11 +1,12 @@
 //! Reading a journal offline, without a server: `berth verify` and
 //! `berth replay` open the file read-only and never write to it.
 //!
-//! A journal left by a killed process (no clean shutdown, no quick-repair)
-//! cannot be opened read-only by redb; it is then repaired and read in a
-//! temporary copy (removed afterwards), and the data dir is still not
-//! touched. A journal a running berth holds is refused: stop the server
-//! first.
+//! A journal left by a killed process cannot be read as it is: redb needs
+//! to repair the file (no clean shutdown, no quick-repair), or its commit
+//! log holds acknowledged groups the file does not have yet (see
+//! `commit_log`). It is then repaired, and the log replayed, in a temporary
+//! copy (removed afterwards); the data dir is still not touched. A journal a
+//! running berth holds is refused: stop the server first.
 
 use std::path::{Path, PathBuf};
 
@@ -13,17 +14,21 @@ use berth_runtime::ids::SessionId;
 use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase};
 
 use crate::chain;
+use crate::commit_log::{self, LOG_SEQ_KEY};
 use crate::error::StorageError;
-use crate::journal::{FORMAT_KEY, JOURNAL_FORMAT};
+use crate::journal::{FORMAT_KEY, FORMAT_WITHOUT_LOG, JOURNAL_FORMAT};
+use crate::keyring::Keyring;
 use crate::records::SessionRecord;
 use crate::tables::{EVENTS, META, SESSIONS};
+use crate::writer;
 
 /// A journal file opened for reading only.
 pub(crate) enum Opened {
     /// Opened in place, read-only.
     ReadOnly(ReadOnlyDatabase),
     /// Repaired and opened in a temporary copy (the original needed crash
-    /// repair); the copy goes when this is dropped, after the database.
+    /// repair or a replay of its commit log); the copy goes when this is
+    /// dropped, after the database.
     Repaired {
         /// The copy, opened.
         db: Database,
@@ -34,12 +39,19 @@ pub(crate) enum Opened {
 
 impl Opened {
     /// Opens `path` read-only (or a repaired copy; see the module docs).
-    /// `verb` names the command in the error for a held journal.
+    /// `verb` names the command in the error for a held journal. A replayed
+    /// log's chain heads are signed with `keyring`, or with a throwaway key
+    /// when none is given (for readers that do not check heads).
     ///
     /// # Errors
     /// [`StorageError::Open`] when there is no journal at `path` or a running
-    /// berth holds it.
-    pub(crate) fn open(path: &Path, verb: &str) -> Result<Self, StorageError> {
+    /// berth holds it; [`StorageError::Corrupt`] (table `commit_log`) when
+    /// its commit log cannot be replayed.
+    pub(crate) fn open(
+        path: &Path,
+        verb: &str,
+        keyring: Option<&Keyring>,
+    ) -> Result<Self, StorageError> {
         let open_err = |message: String| StorageError::Open {
             path: path.display().to_string(),
             message,
@@ -49,19 +61,39 @@ impl Opened {
                 "no journal file there (pass the --data-dir a berth served)".into(),
             ));
         }
+        let log = commit_log::read(&commit_log::path_beside(path))
+            .map_err(|e| open_err(format!("reading its commit log: {e}")))?;
         match ReadOnlyDatabase::open(path) {
-            Ok(db) => Ok(Self::ReadOnly(db)),
-            Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(open_err(format!(
-                "a running berth holds it; stop `berth serve` on this data dir, then {verb}"
-            ))),
-            Err(redb::DatabaseError::RepairAborted) => {
-                // Killed without a clean shutdown: repair a copy, not the original.
-                let copy = TempCopy::of(path).map_err(|e| open_err(e.to_string()))?;
-                let db = Database::create(&copy.0).map_err(|e| open_err(e.to_string()))?;
-                Ok(Self::Repaired { db, _copy: copy })
+            Ok(db) => {
+                if !log_ahead_of(&db, &log)? {
+                    return Ok(Self::ReadOnly(db));
+                }
+                drop(db);
             }
-            Err(e) => Err(open_err(e.to_string())),
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(open_err(format!(
+                    "a running berth holds it; stop `berth serve` on this data dir, then {verb}"
+                )))
+            }
+            // Killed without a clean shutdown: repaired in the copy below.
+            Err(redb::DatabaseError::RepairAborted) => {}
+            Err(e) => return Err(open_err(e.to_string())),
         }
+        // Repair a copy, and replay the log into it, not into the original.
+        let copy = TempCopy::of(path).map_err(|e| open_err(e.to_string()))?;
+        let db = Database::create(&copy.0).map_err(|e| open_err(e.to_string()))?;
+        if !log.is_empty() {
+            let throwaway;
+            let keyring = match keyring {
+                Some(keyring) => keyring,
+                None => {
+                    throwaway = Keyring::from_keys(vec![("replay".into(), vec![0; 32])])?;
+                    &throwaway
+                }
+            };
+            writer::replay(&db, keyring, &log)?;
+        }
+        Ok(Self::Repaired { db, _copy: copy })
     }
 
     /// Whether the file needed crash repair (done in a temporary copy).
@@ -91,7 +123,7 @@ impl Opened {
     ) -> Result<(), StorageError> {
         let meta = txn.open_table(META)?;
         let format = meta.get(FORMAT_KEY)?.map(|v| v.value());
-        if format != Some(JOURNAL_FORMAT) {
+        if !matches!(format, Some(JOURNAL_FORMAT | FORMAT_WITHOUT_LOG)) {
             return Err(StorageError::Format {
                 path: path.display().to_string(),
                 found: format,
@@ -101,6 +133,20 @@ impl Opened {
         }
         Ok(())
     }
+}
+
+/// Whether `log` holds records the read-only `db` lacks.
+fn log_ahead_of(db: &ReadOnlyDatabase, log: &[commit_log::Record]) -> Result<bool, StorageError> {
+    let Some(last) = log.last() else {
+        return Ok(false);
+    };
+    let txn = db.begin_read()?;
+    let applied = match txn.open_table(META) {
+        Ok(meta) => meta.get(LOG_SEQ_KEY)?.map_or(0, |v| v.value()),
+        Err(redb::TableError::TableDoesNotExist(_)) => 0,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(last.seq > applied)
 }
 
 /// A temporary copy of the journal, removed on drop.
@@ -143,7 +189,8 @@ pub struct SessionLog {
     pub record: Option<SessionRecord>,
     /// Every event row, in seq order.
     pub events: Vec<StoredEvent>,
-    /// Whether the journal needed crash repair (read in a temporary copy).
+    /// Whether the journal needed crash repair or a replay of its commit
+    /// log (read in a temporary copy).
     pub repaired_copy: bool,
 }
 
@@ -156,7 +203,7 @@ pub struct SessionLog {
 /// [`StorageError::Format`], [`StorageError::Corrupt`] for a row without a
 /// chain header or an undecodable session record, [`StorageError::Database`].
 pub fn read_session(path: &Path, id: &SessionId) -> Result<SessionLog, StorageError> {
-    let opened = Opened::open(path, "replay")?;
+    let opened = Opened::open(path, "replay", None)?;
     let txn = opened.begin_read()?;
     Opened::check_format(
         &txn,

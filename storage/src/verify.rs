@@ -163,7 +163,7 @@ fn damage_as_error<T>(read: impl FnOnce() -> Result<T, StorageError>) -> Result<
 }
 
 fn verify_journal_unguarded(path: &Path, keyring: &Keyring) -> Result<VerifyReport, StorageError> {
-    let opened = Opened::open(path, "verify")?;
+    let opened = Opened::open(path, "verify", Some(keyring))?;
     let txn = opened.begin_read()?;
     Opened::check_format(&txn, path, FORMAT_HINT)?;
     let events = txn.open_table(EVENTS)?;
@@ -242,7 +242,7 @@ fn verify_session_unguarded(
     keyring: &Keyring,
     session: &str,
 ) -> Result<SessionReport, StorageError> {
-    let opened = Opened::open(path, "verify")?;
+    let opened = Opened::open(path, "verify", Some(keyring))?;
     let txn = opened.begin_read()?;
     Opened::check_format(&txn, path, FORMAT_HINT)?;
     let events = txn.open_table(EVENTS)?;

@@ -1,11 +1,15 @@
 //! The group-commit writer.
 //!
 //! One OS thread owns every write transaction. It blocks for the first pending
-//! request, drains whatever else is queued (up to [`MAX_GROUP`] requests), applies
-//! them all in one redb write transaction with `Durability::Immediate`, commits
-//! (one fsync for the whole group), and only then answers each request. With one
-//! session appending, every append pays a full commit; with a hundred, a hundred
-//! appends share one — that is what makes durable appends cheap.
+//! request, drains whatever else is queued (up to [`MAX_GROUP`] requests),
+//! appends the whole group to the commit log as one record and fsyncs it
+//! (`commit_log`: one sequential write), applies it in one redb write
+//! transaction committed without I/O, and only then answers each request.
+//! With one session appending, every append pays a full fsync; with a
+//! hundred, a hundred appends share one — that is what makes durable appends
+//! cheap. Every so often (see `commit_log`) a group's transaction is
+//! committed with `Durability::Immediate` instead, which writes redb's pages
+//! of every group since the last such commit, and the log is emptied.
 //!
 //! The writer also extends each session's hash chain (`chain.rs`): it knows
 //! the ids it assigns, so it seals each appended row with the previous row's
@@ -15,13 +19,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use redb::{Database, ReadableTable, WriteTransaction};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 
 use berth_runtime::suspension::ResumeClaim;
 
 use crate::batch::{Batch, Op, PendingClaim};
 use crate::chain::{self, ChainHead};
+use crate::commit_log::{self, codec, AppendError, CommitLog, Record, LOG_SEQ_KEY};
 use crate::error::StorageError;
 use crate::journal::decode;
 use crate::keyring::Keyring;
@@ -43,19 +48,52 @@ pub(crate) struct Request {
     pub ack: oneshot::Sender<Result<Vec<u64>, StorageError>>,
 }
 
-/// Starts the writer thread; it ends when every sender is dropped.
+/// Starts the writer thread over `db` and its commit `log`, whose next
+/// record is number `next_seq`; it ends when every sender is dropped, after
+/// a last durable commit that empties the log.
 pub(crate) fn spawn(
     db: Arc<Database>,
     quick_repair: bool,
     keyring: Keyring,
+    log: CommitLog,
+    next_seq: u64,
 ) -> (mpsc::Sender<Request>, std::thread::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<Request>(QUEUE_DEPTH);
+    let mut writer = Writer {
+        db,
+        quick_repair,
+        keyring,
+        tips: Tips::default(),
+        log,
+        next_seq,
+        broken: None,
+        payload: Vec::new(),
+    };
     let thread = std::thread::Builder::new()
         .name("berth-journal-writer".into())
         .spawn(move || {
+            // Only to wait for a request with a timeout (the idle checkpoint).
+            let timer = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("building the journal writer's timer");
             let mut group = Vec::with_capacity(MAX_GROUP);
-            let mut tips = Tips::default();
-            while let Some(first) = rx.blocking_recv() {
+            loop {
+                let first = if writer.log.len() == 0 {
+                    rx.blocking_recv()
+                } else {
+                    let next = timer.block_on(async {
+                        tokio::time::timeout(commit_log::IDLE_CHECKPOINT, rx.recv()).await
+                    });
+                    match next {
+                        Ok(next) => next,
+                        Err(_idle) => {
+                            writer.checkpoint();
+                            continue;
+                        }
+                    }
+                };
+                let Some(first) = first else { break };
                 group.push(first);
                 while group.len() < MAX_GROUP {
                     match rx.try_recv() {
@@ -63,15 +101,16 @@ pub(crate) fn spawn(
                         Err(_) => break,
                     }
                 }
-                commit_group(&db, quick_repair, &keyring, &mut tips, &mut group);
+                writer.commit_group(&mut group);
             }
+            writer.checkpoint();
         })
         .expect("spawning the journal writer thread");
     (tx, thread)
 }
 
-/// Histogram of one successful group commit's duration, from `begin_write`
-/// to the durable commit (seconds).
+/// Histogram of one successful group commit's duration, from the log
+/// append to the applied transaction (seconds).
 pub const COMMIT_SECONDS: &str = "berth_journal_commit_seconds";
 /// Counter of failed group commits.
 pub const COMMIT_ERRORS_TOTAL: &str = "berth_journal_commit_errors_total";
@@ -111,43 +150,201 @@ impl Tips {
     }
 }
 
-fn commit_group(
-    db: &Database,
+/// What the writer thread owns.
+struct Writer {
+    db: Arc<Database>,
     quick_repair: bool,
+    keyring: Keyring,
+    tips: Tips,
+    log: CommitLog,
+    /// The number of the next log record.
+    next_seq: u64,
+    /// Set once the log may hold a record that was not applied and could not
+    /// be removed: replaying it would apply what was answered as failed, so
+    /// nothing more is committed (every request gets this error).
+    broken: Option<String>,
+    /// The encoding buffer, reused across groups.
+    payload: Vec<u8>,
+}
+
+impl Writer {
+    fn commit_group(&mut self, group: &mut Vec<Request>) {
+        // Metrics only: wall time, not the engine's injected clock.
+        let started = std::time::Instant::now();
+        metrics::histogram!(COMMIT_GROUP_SIZE).record(group.len() as f64);
+        match self.commit(group) {
+            Ok(outcomes) => {
+                metrics::histogram!(COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
+                for (request, outcome) in group.drain(..).zip(outcomes) {
+                    let _ = request.ack.send(outcome);
+                }
+            }
+            Err(e) => {
+                metrics::counter!(COMMIT_ERRORS_TOTAL).increment(1);
+                tracing::error!(error = %e, requests = group.len(), "journal group commit failed");
+                for request in group.drain(..) {
+                    let _ = request.ack.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// Logs, applies and commits one group; returns each request's outcome.
+    fn commit(
+        &mut self,
+        group: &[Request],
+    ) -> Result<Vec<Result<Vec<u64>, StorageError>>, StorageError> {
+        if let Some(why) = &self.broken {
+            return Err(StorageError::Database(why.clone()));
+        }
+        self.payload.clear();
+        codec::encode_group(group.iter().map(|r| &r.batch), &mut self.payload);
+        let before = self.log.len();
+        let seq = self.next_seq;
+        match self.log.append(seq, &self.payload) {
+            Ok(()) => {}
+            Err(AppendError::Failed(e)) => {
+                return Err(StorageError::Database(format!(
+                    "appending to the commit log: {e}"
+                )))
+            }
+            Err(AppendError::Broken(e)) => return Err(self.break_off(&e)),
+        }
+        // A large log: this group's transaction writes redb's pages of every
+        // group since the last durable commit, and then the log is emptied.
+        let checkpoint = self.log.len() >= commit_log::CHECKPOINT_BYTES;
+        let batches: Vec<&Batch> = group.iter().map(|r| &r.batch).collect();
+        let applied = (|| {
+            let mut txn = self.db.begin_write()?;
+            txn.set_quick_repair(self.quick_repair);
+            if !checkpoint {
+                txn.set_durability(Durability::None)
+                    .map_err(|e| StorageError::Database(e.to_string()))?;
+            }
+            let (outcomes, tips) = apply_all(&txn, &self.keyring, &self.tips, &batches)?;
+            txn.open_table(META)?.insert(LOG_SEQ_KEY, seq)?;
+            txn.commit()?;
+            Ok::<_, StorageError>((outcomes, tips))
+        })();
+        match applied {
+            Ok((outcomes, tips)) => {
+                self.next_seq += 1;
+                self.tips.committed(tips);
+                if checkpoint {
+                    self.clear_log();
+                }
+                Ok(outcomes)
+            }
+            Err(e) => {
+                // Not applied: it must not be replayed either.
+                if let Err(cut) = self.log.undo_last(before) {
+                    self.break_off(&cut);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Stops committing for good (see [`Writer::broken`]); returns the error.
+    fn break_off(&mut self, cause: &std::io::Error) -> StorageError {
+        let why = format!(
+            "the journal's commit log could not be repaired after a failed write ({cause}); \
+             no more writes are accepted: restart berth"
+        );
+        tracing::error!(error = %why, "journal writer stopped committing");
+        self.broken = Some(why.clone());
+        StorageError::Database(why)
+    }
+
+    /// Makes every applied group durable in redb itself (an empty
+    /// transaction committed with `Durability::Immediate` writes the pages
+    /// of the non-durable commits before it), then empties the log.
+    fn checkpoint(&mut self) {
+        if self.log.len() == 0 || self.broken.is_some() {
+            return;
+        }
+        let durable = (|| {
+            let mut txn = self.db.begin_write()?;
+            txn.set_quick_repair(self.quick_repair);
+            txn.commit()?;
+            Ok::<_, StorageError>(())
+        })();
+        match durable {
+            Ok(()) => self.clear_log(),
+            // The log still holds every group: nothing is lost, it is tried again.
+            Err(e) => tracing::error!(error = %e, "journal checkpoint failed"),
+        }
+    }
+
+    fn clear_log(&mut self) {
+        if let Err(e) = self.log.clear() {
+            // Harmless: the records are at or below redb's durable sequence
+            // number, so a replay skips them.
+            tracing::warn!(error = %e, "could not empty the journal's commit log");
+        }
+    }
+}
+
+/// Replays into `db` the log `records` whose sequence number is above the
+/// one `db` holds (what a crash left only in the log), in one durable
+/// transaction; returns the number of the last record now applied (0 for
+/// none), so the next record is one more.
+///
+/// # Errors
+/// [`StorageError::Corrupt`] (table `commit_log`) for a record that cannot
+/// be decoded or a gap between `db` and the log; [`StorageError::Database`]
+/// on I/O failure. Nothing is applied then.
+pub(crate) fn replay(
+    db: &Database,
     keyring: &Keyring,
-    cached: &mut Tips,
-    group: &mut Vec<Request>,
-) {
-    // Metrics only: wall time, not the engine's injected clock.
-    let started = std::time::Instant::now();
-    metrics::histogram!(COMMIT_GROUP_SIZE).record(group.len() as f64);
-    let result = (|| {
-        let mut txn = db.begin_write()?;
-        txn.set_quick_repair(quick_repair);
-        let (outcomes, tips) = apply_all(&txn, keyring, cached, group)?;
-        txn.commit()?;
-        // Only what is on disk is remembered: a failed commit moved no chain.
-        cached.committed(tips);
-        Ok::<_, StorageError>(outcomes)
-    })();
-    if result.is_ok() {
-        metrics::histogram!(COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
-    } else {
-        metrics::counter!(COMMIT_ERRORS_TOTAL).increment(1);
+    records: &[Record],
+) -> Result<u64, StorageError> {
+    let applied = {
+        let txn = db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        let seq = meta.get(LOG_SEQ_KEY)?.map_or(0, |v| v.value());
+        seq
+    };
+    let pending: Vec<&Record> = records.iter().filter(|r| r.seq > applied).collect();
+    let Some(first) = pending.first() else {
+        return Ok(applied);
+    };
+    let corrupt = |seq: u64, message: String| StorageError::Corrupt {
+        table: "commit_log",
+        key: seq.to_string(),
+        message,
+    };
+    if first.seq != applied + 1 {
+        return Err(corrupt(
+            first.seq,
+            format!(
+                "the journal holds records up to {applied} and its commit log resumes at {}: \
+                 records in between are missing",
+                first.seq
+            ),
+        ));
     }
-    match result {
-        Ok(outcomes) => {
-            for (request, outcome) in group.drain(..).zip(outcomes) {
-                let _ = request.ack.send(outcome);
-            }
-        }
-        Err(e) => {
-            tracing::error!(error = %e, requests = group.len(), "journal group commit failed");
-            for request in group.drain(..) {
-                let _ = request.ack.send(Err(e.clone()));
-            }
-        }
+    let mut txn = db.begin_write()?;
+    txn.set_quick_repair(true);
+    let mut last = applied;
+    for record in pending {
+        let batches =
+            codec::decode_group(&record.payload).map_err(|message| corrupt(record.seq, message))?;
+        let refs: Vec<&Batch> = batches.iter().collect();
+        // Refusals come out as they did the first time: applying a batch
+        // depends only on what the records before it left.
+        apply_all(&txn, keyring, &Tips::default(), &refs)?;
+        txn.open_table(META)?.insert(LOG_SEQ_KEY, record.seq)?;
+        last = record.seq;
     }
+    txn.commit()?;
+    tracing::info!(
+        from = applied + 1,
+        to = last,
+        "replayed the journal's commit log (groups acknowledged before the last stop that redb \
+         did not hold yet)"
+    );
+    Ok(last)
 }
 
 /// Whether the fence of a batch holds: its turn is still the session's open turn.
@@ -244,7 +441,7 @@ pub(crate) fn apply_all<'g>(
     txn: &WriteTransaction,
     keyring: &Keyring,
     cached: &Tips,
-    group: &'g [Request],
+    batches: &[&'g Batch],
 ) -> Result<Applied<'g>, StorageError> {
     let mut sessions = txn.open_table(SESSIONS)?;
     let mut events = txn.open_table(EVENTS)?;
@@ -262,17 +459,17 @@ pub(crate) fn apply_all<'g>(
     let mut last_external: Option<u64> = None;
     // Last event id and hash per session, as of this transaction.
     let mut tips: HashMap<&str, (u64, [u8; 32])> = HashMap::new();
-    let mut out = Vec::with_capacity(group.len());
-    for request in group {
-        if let Some(refused) = refusal(&request.batch, &open_turns, &resume_claims, &suspensions)? {
+    let mut out = Vec::with_capacity(batches.len());
+    for &batch in batches {
+        if let Some(refused) = refusal(batch, &open_turns, &resume_claims, &suspensions)? {
             out.push(Err(refused));
             continue;
         }
-        if let Some(PendingClaim { handle, value }) = &request.batch.claim {
+        if let Some(PendingClaim { handle, value }) = &batch.claim {
             resume_claims.insert(handle.as_str(), value.as_slice())?;
         }
         let mut ids = Vec::new();
-        for op in &request.batch.ops {
+        for op in &batch.ops {
             match op {
                 Op::PutSession { id, value } => {
                     sessions.insert(id.as_str(), value.as_slice())?;
@@ -416,13 +613,6 @@ mod tests {
         }
     }
 
-    fn request(batch: Batch) -> Request {
-        Request {
-            batch,
-            ack: oneshot::channel().0,
-        }
-    }
-
     /// Two batches claiming one handle in the same group commit: the second
     /// sees the first's insert through the shared write transaction.
     #[test]
@@ -436,12 +626,13 @@ mod tests {
         }))
         .unwrap();
         let group = [
-            request(Batch::new().put_suspension(&parked)),
-            request(Batch::new().claim(&claim("first")).delete_suspension(&sid)),
-            request(Batch::new().claim(&claim("second")).put_suspension(&parked)),
+            Batch::new().put_suspension(&parked),
+            Batch::new().claim(&claim("first")).delete_suspension(&sid),
+            Batch::new().claim(&claim("second")).put_suspension(&parked),
         ];
         let txn = db.begin_write().unwrap();
         let keyring = Keyring::from_keys(vec![("k1".into(), vec![1; 32])]).unwrap();
+        let group: Vec<&Batch> = group.iter().collect();
         let (outcomes, _) = apply_all(&txn, &keyring, &Tips::default(), &group).unwrap();
         txn.commit().unwrap();
 

@@ -413,7 +413,7 @@ async fn a_journal_from_before_hash_chains_is_refused_with_a_clear_error() {
             err,
             StorageError::Format {
                 found: None,
-                expected: 2,
+                expected: berth_storage::JOURNAL_FORMAT,
                 ..
             }
         ),

@@ -339,3 +339,81 @@ fn claims_survive_sigkill_once_each() {
         "resumes from several sessions were in flight"
     );
 }
+
+/// The child half of `a_checkpointed_journal_needs_no_log`: commits, says
+/// so, then idles (the writer checkpoints after `IDLE_CHECKPOINT`).
+#[test]
+fn idle_child() {
+    let Ok(dir) = std::env::var("BERTH_KILL_IDLE_DIR") else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let journal = Journal::open(
+            &std::path::Path::new(&dir).join("journal.redb"),
+            JournalOptions::default(),
+        )
+        .unwrap();
+        let sid = SessionId::from("sess_idle");
+        for n in 0..50 {
+            journal
+                .commit(Batch::new().append(&sid, &record(format!("idle {n}"))))
+                .await
+                .unwrap();
+        }
+        println!("acked");
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    });
+}
+
+/// Groups are made durable through the commit log (`journal.log`); once
+/// the writer has been idle it commits them to the redb file itself and
+/// empties the log. Killed after that, the journal holds every group with
+/// the log gone entirely.
+#[test]
+fn a_checkpointed_journal_needs_no_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("journal.log");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "idle_child", "--nocapture", "--test-threads=1"])
+        .env("BERTH_KILL_IDLE_DIR", dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // The harness prints `test idle_child ... ` on the same line first.
+    while !lines
+        .next()
+        .expect("child ended early")
+        .unwrap()
+        .ends_with("acked")
+    {}
+    assert!(
+        std::fs::metadata(&log).unwrap().len() > 0,
+        "acked groups are in the log"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::metadata(&log).unwrap().len() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle writer never emptied its log"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    std::fs::remove_file(&log).unwrap();
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let journal =
+            Journal::open(&dir.path().join("journal.redb"), JournalOptions::default()).unwrap();
+        let events = journal.events(&SessionId::from("sess_idle"), 0).unwrap();
+        assert_eq!(events.len(), 50);
+    });
+}

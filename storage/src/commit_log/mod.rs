@@ -1,0 +1,292 @@
+//! The commit log: what makes a group commit durable. DESIGN.md ("The
+//! journal") has the journal as one redb file; this log beside it is the one
+//! departure, for the reason below.
+//!
+//! A durable redb commit writes every B-tree page the transaction dirtied,
+//! wherever it lies in the file, then fsyncs: in a wake-up burst that is
+//! about three scattered 4 KiB pages per woken session, and the kernel's
+//! cost per page (copy, writeback, one virtio request each) was most of the
+//! writer thread's time. So a group is made durable the way databases with
+//! a write-ahead log do it:
+//!
+//! 1. its batches, encoded ([`codec`]), are appended to `journal.log` as one
+//!    record and the file is `fdatasync`ed — one sequential write;
+//! 2. they are applied to redb in a transaction committed with
+//!    `Durability::None` (no I/O: redb keeps the pages in its write buffer),
+//!    which also records the record's sequence number (table `meta`, key
+//!    [`LOG_SEQ_KEY`]);
+//! 3. only then is each batch answered. Readers see a group only after step 2,
+//!    so nothing a crash can lose is ever visible.
+//!
+//! Every so often (the log has grown past [`CHECKPOINT_BYTES`], or the
+//! writer has had nothing to do for [`IDLE_CHECKPOINT`], or the journal
+//! closes) a redb commit is made with `Durability::Immediate`: it writes the
+//! pages of every group since the last one (a page changed by many groups is
+//! written once) and then the log is emptied. After a crash, opening the
+//! journal replays the log's records whose sequence number is above the one
+//! redb has durably ([`recover`]), through the same code that applied them
+//! first: applying a batch depends only on the journal's state before it, so
+//! the replay leaves exactly what the acknowledged groups left.
+//!
+//! A record is `[payload length: u32 LE][CRC-32 of seq and payload: u32 LE]
+//! [seq: u64 LE][payload]`. A torn last record (the process died while
+//! writing it, so it was never acknowledged) fails its length or checksum
+//! and ends the log; it is cut off at open.
+
+pub(crate) mod codec;
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The `meta` key holding the sequence number of the last log record applied
+/// to redb (0: none yet).
+pub(crate) const LOG_SEQ_KEY: &str = "commit_log_seq";
+
+/// Past this many bytes of log, the next group commits durably to redb and
+/// the log is emptied (64 MiB: about 10,000 woken sessions of the
+/// `bench-sched` burst; redb's write buffer holds their pages meanwhile).
+pub(crate) const CHECKPOINT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// After this long without a request, the writer commits durably to redb
+/// and empties the log, so that a journal at rest is whole in its redb file.
+pub(crate) const IDLE_CHECKPOINT: Duration = Duration::from_millis(500);
+
+/// Bytes before a record's payload.
+const HEADER: usize = 16;
+
+/// The commit log beside the journal file `journal` (`journal.log` for
+/// `journal.redb`).
+pub(crate) fn path_beside(journal: &Path) -> PathBuf {
+    journal.with_extension("log")
+}
+
+/// One record read back: its sequence number and payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// The record's sequence number (from 1, one more than the record
+    /// before it).
+    pub seq: u64,
+    /// The encoded group ([`codec::decode_group`]).
+    pub payload: Vec<u8>,
+}
+
+/// The open commit log.
+#[derive(Debug)]
+pub(crate) struct CommitLog {
+    file: File,
+    /// Bytes of whole records in the file (where the next one goes).
+    len: u64,
+}
+
+fn checksum(seq: u64, payload: &[u8]) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&seq.to_le_bytes());
+    crc.update(payload);
+    crc.finalize()
+}
+
+/// Splits `bytes` into whole records; returns them and the length of the
+/// whole-record prefix (a torn or garbled tail, and any record after a gap
+/// in the sequence, end the log there).
+fn parse(bytes: &[u8]) -> (Vec<Record>, u64) {
+    let mut records: Vec<Record> = Vec::new();
+    let mut at = 0usize;
+    while bytes.len() - at >= HEADER {
+        let field = |from: usize, n: usize| &bytes[at + from..at + from + n];
+        let len = u32::from_le_bytes(field(0, 4).try_into().unwrap_or_default()) as usize;
+        let crc = u32::from_le_bytes(field(4, 4).try_into().unwrap_or_default());
+        let seq = u64::from_le_bytes(field(8, 8).try_into().unwrap_or_default());
+        if bytes.len() - at - HEADER < len {
+            break;
+        }
+        let payload = &bytes[at + HEADER..at + HEADER + len];
+        if checksum(seq, payload) != crc {
+            break;
+        }
+        if records.last().is_some_and(|last| seq != last.seq + 1) {
+            break;
+        }
+        records.push(Record {
+            seq,
+            payload: payload.to_vec(),
+        });
+        at += HEADER + len;
+    }
+    (records, at as u64)
+}
+
+/// Reads the log at `path` without changing it: its whole records in order
+/// (none when there is no file).
+///
+/// # Errors
+/// I/O errors reading the file.
+pub(crate) fn read(path: &Path) -> std::io::Result<Vec<Record>> {
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(mut file) => {
+            file.read_to_end(&mut bytes)?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    }
+    Ok(parse(&bytes).0)
+}
+
+impl CommitLog {
+    /// Opens (or creates) the log at `path`; returns it with its whole
+    /// records. A torn tail is cut off (durably) before anything is appended.
+    ///
+    /// # Errors
+    /// I/O errors opening, reading or truncating the file.
+    pub(crate) fn open(path: &Path) -> std::io::Result<(Self, Vec<Record>)> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let (records, len) = parse(&bytes);
+        if len != bytes.len() as u64 {
+            tracing::warn!(
+                path = %path.display(),
+                kept_bytes = len,
+                dropped_bytes = bytes.len() as u64 - len,
+                "the journal's commit log ended in a partly written record (the process died \
+                 writing it, before answering it); it is cut off"
+            );
+            file.set_len(len)?;
+            file.sync_data()?;
+        }
+        Ok((Self { file, len }, records))
+    }
+
+    /// Bytes of records in the log.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Appends record `seq` holding `payload` and waits until it is on disk
+    /// (`fdatasync`). On failure the log is cut back to where it was, so no
+    /// partial record stays in front of later ones.
+    ///
+    /// # Errors
+    /// The I/O error; if cutting back failed too, that error (the log can no
+    /// longer be appended to: the caller stops committing).
+    pub(crate) fn append(&mut self, seq: u64, payload: &[u8]) -> Result<(), AppendError> {
+        let len = u32::try_from(payload.len()).map_err(|_| {
+            AppendError::Failed(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a group of more than 4 GiB",
+            ))
+        })?;
+        let mut record = Vec::with_capacity(HEADER + payload.len());
+        record.extend_from_slice(&len.to_le_bytes());
+        record.extend_from_slice(&checksum(seq, payload).to_le_bytes());
+        record.extend_from_slice(&seq.to_le_bytes());
+        record.extend_from_slice(payload);
+        let written = self
+            .file
+            .write_all_at(&record, self.len)
+            .and_then(|()| self.file.sync_data());
+        match written {
+            Ok(()) => {
+                self.len += record.len() as u64;
+                Ok(())
+            }
+            Err(e) => match self.truncate(self.len) {
+                Ok(()) => Err(AppendError::Failed(e)),
+                Err(cut) => Err(AppendError::Broken(cut)),
+            },
+        }
+    }
+
+    /// Removes the last record (appended at `before` bytes): the group it
+    /// holds was not applied after all, so it must not be replayed.
+    ///
+    /// # Errors
+    /// The I/O error (the caller stops committing).
+    pub(crate) fn undo_last(&mut self, before: u64) -> std::io::Result<()> {
+        self.truncate(before)
+    }
+
+    /// Empties the log once redb holds every record durably.
+    ///
+    /// # Errors
+    /// The I/O error (harmless: records at or below redb's sequence number
+    /// are skipped at replay; appends go on after them).
+    pub(crate) fn clear(&mut self) -> std::io::Result<()> {
+        self.truncate(0)
+    }
+
+    fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)?;
+        self.file.sync_data()?;
+        self.len = len;
+        Ok(())
+    }
+}
+
+/// Why [`CommitLog::append`] failed.
+#[derive(Debug)]
+pub(crate) enum AppendError {
+    /// Nothing was appended (the log is as it was).
+    Failed(std::io::Error),
+    /// A partial record may be left and could not be removed.
+    Broken(std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_a_torn_tail_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.log");
+        let (mut log, records) = CommitLog::open(&path).unwrap();
+        assert!(records.is_empty());
+        log.append(1, b"one").unwrap();
+        log.append(2, b"").unwrap();
+        log.append(3, b"three").unwrap();
+        let whole = log.len();
+        drop(log);
+        let expect = |seqs: &[u64]| {
+            let records = read(&path).unwrap();
+            assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), seqs);
+        };
+        expect(&[1, 2, 3]);
+        assert_eq!(read(&path).unwrap()[2].payload, b"three");
+
+        // A record cut short, then one with a bad checksum: both end the log.
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(whole - 2).unwrap();
+        expect(&[1, 2]);
+        let (log, records) = CommitLog::open(&path).unwrap();
+        assert_eq!(records.len(), 2);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), log.len());
+        drop(log);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        expect(&[1]);
+    }
+
+    #[test]
+    fn a_gap_in_the_sequence_ends_the_log_and_clear_empties_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.log");
+        let (mut log, _) = CommitLog::open(&path).unwrap();
+        log.append(7, b"a").unwrap();
+        log.append(9, b"b").unwrap();
+        assert_eq!(read(&path).unwrap().len(), 1);
+        log.clear().unwrap();
+        assert!(read(&path).unwrap().is_empty());
+        assert!(read(&dir.path().join("missing.log")).unwrap().is_empty());
+    }
+}
