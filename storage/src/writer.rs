@@ -150,6 +150,9 @@ impl Tips {
     }
 }
 
+/// The largest encoding buffer (bytes) the writer keeps between groups.
+const PAYLOAD_KEPT: usize = 8 * 1024 * 1024;
+
 /// What the writer thread owns.
 struct Writer {
     db: Arc<Database>,
@@ -197,11 +200,16 @@ impl Writer {
         if let Some(why) = &self.broken {
             return Err(StorageError::Database(why.clone()));
         }
-        self.payload.clear();
+        commit_log::new_record(&mut self.payload);
         codec::encode_group(group.iter().map(|r| &r.batch), &mut self.payload);
         let before = self.log.len();
         let seq = self.next_seq;
-        match self.log.append(seq, &self.payload) {
+        let appended = self.log.append(seq, &mut self.payload);
+        if self.payload.capacity() > PAYLOAD_KEPT {
+            // A group of large rows: do not hold its buffer for good.
+            self.payload = Vec::new();
+        }
+        match appended {
             Ok(()) => {}
             Err(AppendError::Failed(e)) => {
                 return Err(StorageError::Database(format!(

@@ -9,7 +9,7 @@
 //! | `berth_sessions` | gauge | `state` = `running` \| `suspended` \| `idle` | sessions by state (idle includes closed), set at each scrape |
 //! | `berth_sessions_live` | gauge | | sessions held in memory by an actor |
 //! | `berth_controls_total` | counter | `method`, `outcome` = `accepted` \| `idempotent` \| `rejected` | one per `control_outcome` receipt |
-//! | `berth_journal_commit_seconds` | histogram | | one successful group commit, `begin_write` to durable |
+//! | `berth_journal_commit_seconds` | histogram | | one successful group commit, from its commit-log append to its applied transaction (durable) |
 //! | `berth_journal_commit_errors_total` | counter | | failed group commits |
 //! | `berth_journal_commit_group_size` | histogram | | requests folded into one commit |
 //! | `berth_wakeup_lateness_seconds` | histogram | `kind` = `timeout` \| `trigger` \| `schedule` | how late a scheduled wake-up fired |

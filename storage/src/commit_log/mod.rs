@@ -63,6 +63,13 @@ pub(crate) fn path_beside(journal: &Path) -> PathBuf {
     journal.with_extension("log")
 }
 
+/// Empties `buffer` and leaves room for a record's header: write the
+/// payload after it, then hand the buffer to [`CommitLog::append`].
+pub(crate) fn new_record(buffer: &mut Vec<u8>) {
+    buffer.clear();
+    buffer.resize(HEADER, 0);
+}
+
 /// One record read back: its sequence number and payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record {
@@ -170,28 +177,30 @@ impl CommitLog {
         self.len
     }
 
-    /// Appends record `seq` holding `payload` and waits until it is on disk
-    /// (`fdatasync`). On failure the log is cut back to where it was, so no
+    /// Appends record `seq` and waits until it is on disk (`fdatasync`).
+    /// `record` is [`new_record`]'s buffer with the payload written after
+    /// the room it left; the header is filled in place (the payload is not
+    /// copied again). On failure the log is cut back to where it was, so no
     /// partial record stays in front of later ones.
     ///
     /// # Errors
     /// The I/O error; if cutting back failed too, that error (the log can no
     /// longer be appended to: the caller stops committing).
-    pub(crate) fn append(&mut self, seq: u64, payload: &[u8]) -> Result<(), AppendError> {
-        let len = u32::try_from(payload.len()).map_err(|_| {
+    pub(crate) fn append(&mut self, seq: u64, record: &mut [u8]) -> Result<(), AppendError> {
+        let payload_len = record.len().saturating_sub(HEADER);
+        let len = u32::try_from(payload_len).map_err(|_| {
             AppendError::Failed(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "a group of more than 4 GiB",
             ))
         })?;
-        let mut record = Vec::with_capacity(HEADER + payload.len());
-        record.extend_from_slice(&len.to_le_bytes());
-        record.extend_from_slice(&checksum(seq, payload).to_le_bytes());
-        record.extend_from_slice(&seq.to_le_bytes());
-        record.extend_from_slice(payload);
+        let crc = checksum(seq, &record[HEADER..]);
+        record[0..4].copy_from_slice(&len.to_le_bytes());
+        record[4..8].copy_from_slice(&crc.to_le_bytes());
+        record[8..16].copy_from_slice(&seq.to_le_bytes());
         let written = self
             .file
-            .write_all_at(&record, self.len)
+            .write_all_at(record, self.len)
             .and_then(|()| self.file.sync_data());
         match written {
             Ok(()) => {
@@ -244,15 +253,22 @@ pub(crate) enum AppendError {
 mod tests {
     use super::*;
 
+    fn append(log: &mut CommitLog, seq: u64, payload: &[u8]) {
+        let mut record = Vec::new();
+        new_record(&mut record);
+        record.extend_from_slice(payload);
+        log.append(seq, &mut record).unwrap();
+    }
+
     #[test]
     fn records_round_trip_and_a_torn_tail_is_cut_off() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.log");
         let (mut log, records) = CommitLog::open(&path).unwrap();
         assert!(records.is_empty());
-        log.append(1, b"one").unwrap();
-        log.append(2, b"").unwrap();
-        log.append(3, b"three").unwrap();
+        append(&mut log, 1, b"one");
+        append(&mut log, 2, b"");
+        append(&mut log, 3, b"three");
         let whole = log.len();
         drop(log);
         let expect = |seqs: &[u64]| {
@@ -282,8 +298,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.log");
         let (mut log, _) = CommitLog::open(&path).unwrap();
-        log.append(7, b"a").unwrap();
-        log.append(9, b"b").unwrap();
+        append(&mut log, 7, b"a");
+        append(&mut log, 9, b"b");
         assert_eq!(read(&path).unwrap().len(), 1);
         log.clear().unwrap();
         assert!(read(&path).unwrap().is_empty());
