@@ -38,6 +38,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use berth_runtime::hexstr;
 use berth_runtime::receipt::{Receipt, ReceiptSignature, Signed, SIGNATURE_ALG};
 use chrono::{DateTime, Utc};
 use hmac::{KeyInit, Mac};
@@ -511,7 +512,7 @@ impl Keyring {
         ReceiptSignature {
             key_id: key.id.clone(),
             alg: SIGNATURE_ALG.into(),
-            mac: hex::encode(key.mac_of(bytes).finalize().into_bytes()),
+            mac: hexstr::lower(&key.mac_of(bytes).finalize().into_bytes()),
         }
     }
 
@@ -570,7 +571,7 @@ impl Keyring {
         let signature = ReceiptSignature {
             key_id: key.id.clone(),
             alg: SIGNATURE_ALG.into(),
-            mac: hex::encode(mac.into_bytes()),
+            mac: hexstr::lower(&mac.into_bytes()),
         };
         Ok(Signed::from_parts(receipt, signature))
     }
