@@ -147,7 +147,7 @@ impl Frame {
 pub fn fingerprint<T: Serialize + ?Sized>(value: &T) -> String {
     let bytes = serde_json::to_vec(value).unwrap_or_default();
     let digest = Sha256::digest(&bytes);
-    hex::encode(digest)
+    crate::hexstr::lower(&digest)
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ fn chain(previous: &str, message: &Message) -> String {
     let mut hasher = Sha256::new();
     hasher.update(previous.as_bytes());
     hasher.update(serde_json::to_vec(message).unwrap_or_default());
-    hex::encode(hasher.finalize())
+    crate::hexstr::lower(&hasher.finalize())
 }
 
 impl Transcript {

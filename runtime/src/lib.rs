@@ -35,6 +35,7 @@ pub mod directives;
 pub mod engine;
 pub mod event;
 pub mod frame;
+pub mod hexstr;
 pub mod history;
 pub mod ids;
 pub mod model;

@@ -288,7 +288,7 @@ impl Receipt for DrainDecisionReceipt {
 pub fn sha256_of_json(value: &Value) -> String {
     let mut canonical = Vec::new();
     crate::canonical::write_value(value, &mut canonical);
-    format!("sha256:{}", hex::encode(Sha256::digest(&canonical)))
+    crate::hexstr::sha256_tagged(&Sha256::digest(&canonical))
 }
 
 #[cfg(test)]

@@ -246,7 +246,7 @@ pub fn request_sha256(request: &ModelRequest) -> String {
     hasher.update(b",");
     hasher.update(request.tools.json());
     hasher.update(b"]");
-    format!("sha256:{}", hex::encode(hasher.finalize()))
+    crate::hexstr::sha256_tagged(&hasher.finalize())
 }
 
 /// One tool execution (or continuation of a suspended call).

@@ -1,5 +1,7 @@
 //! A batch: writes that commit together, atomically.
 
+use std::borrow::Cow;
+
 use berth_runtime::event::EventRecord;
 use berth_runtime::frame::Frame;
 use berth_runtime::history::Message;
@@ -10,12 +12,13 @@ use serde::Serialize;
 
 use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
 
-/// One write, already encoded (encoding happens in the caller, off the writer thread).
+/// One write, encoded in the caller, off the writer thread: when it is
+/// added to its batch, or (a session record) when the batch is queued.
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
     PutSession {
         id: String,
-        value: Vec<u8>,
+        value: SessionRow,
     },
     AppendEvent {
         id: String,
@@ -80,6 +83,25 @@ pub(crate) enum Op {
     DeleteSuspension {
         id: String,
     },
+}
+
+/// A session record to store, kept as given until its batch is queued
+/// ([`Batch::encode`]): a put that a later one in the same batch supersedes
+/// ([`Batch::merge`]) is dropped without ever being encoded.
+#[derive(Debug, Clone)]
+pub(crate) enum SessionRow {
+    Record(Box<SessionRecord>),
+    Encoded(Vec<u8>),
+}
+
+impl SessionRow {
+    /// The row's bytes (encoded now if it was not yet).
+    pub(crate) fn bytes(&self) -> Cow<'_, [u8]> {
+        match self {
+            SessionRow::Record(record) => Cow::Owned(json(record)),
+            SessionRow::Encoded(value) => Cow::Borrowed(value),
+        }
+    }
 }
 
 /// A one-time claim a batch takes on a suspension handle (see [`Batch::claim`]).
@@ -167,6 +189,18 @@ impl Batch {
             self.suspension = other.suspension;
         }
         self
+    }
+
+    /// Encodes the session records it kept as given; the journal calls this
+    /// as it queues the batch, so the writer thread gets bytes.
+    pub(crate) fn encode(&mut self) {
+        for op in &mut self.ops {
+            if let Op::PutSession { value, .. } = op {
+                if let SessionRow::Record(record) = value {
+                    *value = SessionRow::Encoded(json(record));
+                }
+            }
+        }
     }
 
     /// Whether the batch has no writes (no ops and no claim). Committing an
@@ -282,11 +316,13 @@ impl Batch {
         self
     }
 
-    /// Creates or replaces a session record.
+    /// Creates or replaces a session record. The record is encoded when the
+    /// batch is committed, so one that a later put in the same batch
+    /// replaces (see [`Batch::merge`]) costs a copy, not an encoding.
     pub fn put_session(mut self, record: &SessionRecord) -> Self {
         self.ops.push(Op::PutSession {
             id: record.session_id.0.clone(),
-            value: json(record),
+            value: SessionRow::Record(Box::new(record.clone())),
         });
         self
     }
@@ -423,6 +459,47 @@ mod tests {
                     .to_owned()
             })
             .collect()
+    }
+
+    fn record(session: &str, title: &str) -> SessionRecord {
+        let at = chrono::DateTime::from_timestamp_millis(0).unwrap_or_default();
+        SessionRecord {
+            session_id: SessionId::from(session),
+            cwd: "/tmp".into(),
+            additional_directories: vec![],
+            mcp_servers: vec![],
+            mode_id: "default".into(),
+            title: Some(title.into()),
+            created_at: at,
+            updated_at: at,
+            closed_at: None,
+            checkpoint_head: 0,
+            parent_session_id: None,
+            context_from: 0,
+            suspend_request: None,
+            created_by: None,
+            labels: vec![],
+            spend: Default::default(),
+            budget_grant: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_session_record_is_encoded_once_as_the_batch_is_queued() {
+        let (first, last) = (record("s", "first"), record("s", "last"));
+        let mut merged = Batch::new()
+            .put_session(&first)
+            .merge(Batch::new().put_session(&last));
+        assert_eq!(kinds(&merged), ["PutSession"]);
+        merged.encode();
+        let [Op::PutSession { value, .. }] = merged.ops.as_slice() else {
+            panic!("one put: {:?}", merged.ops);
+        };
+        assert!(matches!(value, SessionRow::Encoded(_)));
+        assert_eq!(
+            value.bytes().as_ref(),
+            serde_json::to_vec(&last).unwrap().as_slice()
+        );
     }
 
     #[test]

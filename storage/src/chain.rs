@@ -112,7 +112,7 @@ impl ChainHead {
 
     /// The signed head of `session` at `seq` / `hash`.
     pub fn signed(keyring: &Keyring, session: &str, seq: u64, hash: &[u8; 32]) -> Self {
-        let hash = hex::encode(hash);
+        let hash = berth_runtime::hexstr::lower(hash);
         let signature = keyring.sign_bytes(&Self::signing_bytes(session, seq, &hash));
         Self {
             seq,

@@ -302,10 +302,11 @@ impl Journal {
     ///
     /// # Errors
     /// [`StorageError::WriterStopped`].
-    pub async fn submit(&self, batch: Batch) -> Result<Queued, StorageError> {
+    pub async fn submit(&self, mut batch: Batch) -> Result<Queued, StorageError> {
         if batch.is_empty() {
             return Ok(Queued(None));
         }
+        batch.encode();
         let (ack, done) = oneshot::channel();
         self.sender()?
             .send(Request { batch, ack })
@@ -327,8 +328,9 @@ impl Journal {
     /// When called on an async runtime thread (it may block).
     pub fn submit_blocking(
         &self,
-        batch: Batch,
+        mut batch: Batch,
     ) -> Result<oneshot::Receiver<Result<Vec<EventId>, StorageError>>, StorageError> {
+        batch.encode();
         let (ack, done) = oneshot::channel();
         self.sender()?
             .blocking_send(Request { batch, ack })

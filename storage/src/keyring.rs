@@ -38,6 +38,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use berth_runtime::hexstr;
 use berth_runtime::receipt::{Receipt, ReceiptSignature, Signed, SIGNATURE_ALG};
 use chrono::{DateTime, Utc};
 use hmac::{KeyInit, Mac};
@@ -149,6 +150,31 @@ struct Key {
     id: String,
     secret: Vec<u8>,
     created_at: Option<DateTime<Utc>>,
+    /// HMAC state with `secret` already absorbed (the inner and outer pads
+    /// hashed), cloned per MAC instead of rekeyed: rekeying costs two
+    /// SHA-256 compressions per signature.
+    keyed: HmacSha256,
+}
+
+impl Key {
+    fn new(id: String, secret: Vec<u8>, created_at: Option<DateTime<Utc>>) -> Self {
+        // HMAC takes keys of any length; `new_from_slice` cannot fail for it.
+        let keyed = <HmacSha256 as KeyInit>::new_from_slice(&secret)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of every length"));
+        Self {
+            id,
+            secret,
+            created_at,
+            keyed,
+        }
+    }
+
+    /// The MAC state over `bytes` under this key, not yet finalized.
+    fn mac_of(&self, bytes: &[u8]) -> HmacSha256 {
+        let mut mac = self.keyed.clone();
+        mac.update(bytes);
+        mac
+    }
 }
 
 /// The keyring. Cheap to clone (shared). Its `Debug` shows key ids only.
@@ -218,14 +244,6 @@ fn io_err(path: &Path, e: std::io::Error) -> KeyringError {
     }
 }
 
-fn mac_of(secret: &[u8], bytes: &[u8]) -> HmacSha256 {
-    // HMAC takes keys of any length; `new_from_slice` cannot fail for it.
-    let mut mac = <HmacSha256 as KeyInit>::new_from_slice(secret)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of every length"));
-    mac.update(bytes);
-    mac
-}
-
 impl Keyring {
     /// A keyring of `keys` (`(id, secret)`), the last one active.
     ///
@@ -235,11 +253,7 @@ impl Keyring {
     pub fn from_keys(keys: Vec<(String, Vec<u8>)>) -> Result<Self, KeyringError> {
         let keys = keys
             .into_iter()
-            .map(|(id, secret)| Key {
-                id,
-                secret,
-                created_at: None,
-            })
+            .map(|(id, secret)| Key::new(id, secret, None))
             .collect();
         Self::build(keys, KeyOrigin::Given, "the given keys")
     }
@@ -296,11 +310,7 @@ impl Keyring {
             };
             let id = id.trim().to_owned();
             let secret = hex_secret(SOURCE, &id, secret)?;
-            keys.push(Key {
-                id,
-                secret,
-                created_at: None,
-            });
+            keys.push(Key::new(id, secret, None));
         }
         Self::build(keys, KeyOrigin::Environment, SOURCE)
     }
@@ -350,11 +360,7 @@ impl Keyring {
         let mut keys = Vec::with_capacity(file.keys.len());
         for entry in file.keys {
             let secret = hex_secret(&source, &entry.id, &entry.secret)?;
-            keys.push(Key {
-                id: entry.id,
-                secret,
-                created_at: entry.created_at,
-            });
+            keys.push(Key::new(entry.id, secret, entry.created_at));
         }
         // The active key goes last (the signing position).
         let Some(active) = keys.iter().position(|k| k.id == file.active) else {
@@ -378,11 +384,11 @@ impl Keyring {
     pub fn load_or_create(data_dir: &Path, now: DateTime<Utc>) -> Result<Self, KeyringError> {
         match Self::load(data_dir) {
             Err(KeyringError::Missing { .. }) => {
-                let key = Key {
-                    id: "k1".into(),
-                    secret: random_secret(&Self::key_file(data_dir))?,
-                    created_at: Some(now),
-                };
+                let key = Key::new(
+                    "k1".into(),
+                    random_secret(&Self::key_file(data_dir))?,
+                    Some(now),
+                );
                 let ring = Self::build(
                     vec![key],
                     KeyOrigin::File(Self::key_file(data_dir)),
@@ -409,11 +415,11 @@ impl Keyring {
         while keys.iter().any(|k| k.id == format!("k{n}")) {
             n += 1;
         }
-        keys.push(Key {
-            id: format!("k{n}"),
-            secret: random_secret(&Self::key_file(data_dir))?,
-            created_at: Some(now),
-        });
+        keys.push(Key::new(
+            format!("k{n}"),
+            random_secret(&Self::key_file(data_dir))?,
+            Some(now),
+        ));
         let ring = Self::build(
             keys,
             KeyOrigin::File(Self::key_file(data_dir)),
@@ -506,7 +512,7 @@ impl Keyring {
         ReceiptSignature {
             key_id: key.id.clone(),
             alg: SIGNATURE_ALG.into(),
-            mac: hex::encode(mac_of(&key.secret, bytes).finalize().into_bytes()),
+            mac: hexstr::lower(&key.mac_of(bytes).finalize().into_bytes()),
         }
     }
 
@@ -533,7 +539,7 @@ impl Keyring {
         if tag.len() != 32 {
             return Err(SignatureError::Malformed);
         }
-        mac_of(&key.secret, bytes)
+        key.mac_of(bytes)
             .verify_slice(&tag)
             .map_err(|_| SignatureError::Mismatch {
                 key_id: signature.key_id.clone(),
@@ -561,11 +567,11 @@ impl Keyring {
         let key = self.key(key_id).ok_or_else(|| SignatureError::UnknownKey {
             key_id: key_id.to_owned(),
         })?;
-        let mac = mac_of(&key.secret, &receipt.signing_bytes()).finalize();
+        let mac = key.mac_of(&receipt.signing_bytes()).finalize();
         let signature = ReceiptSignature {
             key_id: key.id.clone(),
             alg: SIGNATURE_ALG.into(),
-            mac: hex::encode(mac.into_bytes()),
+            mac: hexstr::lower(&mac.into_bytes()),
         };
         Ok(Signed::from_parts(receipt, signature))
     }
@@ -638,6 +644,20 @@ mod tests {
         );
         let stranger = Keyring::from_keys(vec![("k1".into(), vec![8; 32])]).unwrap();
         assert!(stranger.verify(&signed).is_err());
+    }
+
+    #[test]
+    fn a_mac_is_plain_hmac_sha256_every_time() {
+        // RFC 4231, test case 1.
+        let ring = Keyring::from_keys(vec![("k1".into(), vec![0x0b; 20])]).unwrap();
+        let expected = "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7";
+        for _ in 0..2 {
+            let signature = ring.sign_bytes(b"Hi There");
+            assert_eq!(signature.mac, expected);
+            ring.verify_bytes(b"Hi There", &signature).unwrap();
+        }
+        let signed = ring.sign_as("k1", outcome()).unwrap();
+        assert_eq!(signed.signature, ring.sign(outcome()).signature);
     }
 
     #[test]

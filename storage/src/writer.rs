@@ -480,7 +480,7 @@ pub(crate) fn apply_all<'g>(
         for op in &batch.ops {
             match op {
                 Op::PutSession { id, value } => {
-                    sessions.insert(id.as_str(), value.as_slice())?;
+                    sessions.insert(id.as_str(), value.bytes().as_ref())?;
                 }
                 Op::AppendEvent { id, value } => {
                     let (last, prev) = match tips.get(id.as_str()) {

@@ -200,7 +200,7 @@ pub fn config_fingerprint_of(
         hasher.update(b",");
         hasher.update(specs.json());
         hasher.update(format!(",{max_model_calls}]").as_bytes());
-        hex::encode(hasher.finalize())
+        crate::hexstr::lower(&hasher.finalize())
     })
 }
 
