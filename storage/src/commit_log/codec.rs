@@ -8,7 +8,7 @@
 //! `[length: u32][bytes]`, numbers `u64`. Rows are stored as the batch holds
 //! them (already encoded by the caller), so encoding is copying.
 
-use crate::batch::{Batch, Op, PendingClaim};
+use crate::batch::{Batch, Op, PendingClaim, SessionRow};
 
 const FENCE: u8 = 1;
 const CLAIM: u8 = 2;
@@ -90,8 +90,11 @@ pub(crate) fn encode_group<'b>(
         for op in &batch.ops {
             w.u8(tag(op));
             match op {
-                Op::PutSession { id, value }
-                | Op::AppendEvent { id, value }
+                Op::PutSession { id, value } => {
+                    w.bytes(id.as_bytes());
+                    w.bytes(&value.bytes());
+                }
+                Op::AppendEvent { id, value }
                 | Op::PutFrame { id, value }
                 | Op::PutWakeup { id, value }
                 | Op::PutSchedule { id, value }
@@ -212,7 +215,7 @@ pub(crate) fn decode_group(payload: &[u8]) -> Result<Vec<Batch>, String> {
             let op = match r.u8()? {
                 1 => Op::PutSession {
                     id: r.string()?,
-                    value: r.bytes()?,
+                    value: SessionRow::Encoded(r.bytes()?),
                 },
                 2 => Op::AppendEvent {
                     id: r.string()?,
@@ -291,7 +294,7 @@ mod tests {
         vec![
             Op::PutSession {
                 id: id(),
-                value: value(),
+                value: SessionRow::Encoded(value()),
             },
             Op::AppendEvent {
                 id: id(),
