@@ -299,7 +299,13 @@ fn classify_inner(frame: &[u8]) -> Result<Incoming, (Value, RpcError)> {
 
 /// Encodes a success response.
 pub fn encode_result(id: &Value, result: Value) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+    // The object `json!({"jsonrpc", "id", "result"})` builds, with `result`
+    // moved in: `json!` serializes it into a copy of its whole tree first.
+    let mut response = Map::new();
+    response.insert("jsonrpc".into(), Value::from("2.0"));
+    response.insert("id".into(), id.clone());
+    response.insert("result".into(), result);
+    Value::Object(response).to_string()
 }
 
 /// Encodes an error response.
@@ -346,6 +352,17 @@ const FRAME_CAPACITY: usize = 1024;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_result_is_encoded_as_it_always_was() {
+        let result = json!({"sessionId": "s", "modes": {"b": [1, 2.5, null], "a": "x\"y"}});
+        for id in [json!(7), json!("req-1"), Value::Null] {
+            assert_eq!(
+                encode_result(&id, result.clone()),
+                json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+            );
+        }
+    }
 
     fn err(frame: &str) -> (Value, RpcError) {
         let rejected = classify(frame.as_bytes()).unwrap_err();

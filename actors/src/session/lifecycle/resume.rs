@@ -50,7 +50,7 @@ pub(crate) async fn resume(
     params: ResumeParams,
     reply: RpcReplyPort<Result<ResumeOutcome, ControlError>>,
 ) -> Result<(), ActorProcessingErr> {
-    let answer = match claim(myself, state, params.clone()).await {
+    let answer = match claim(myself, state, &params).await {
         // A wake-up's claim landed between this resume's check and its
         // commit: that resume is completed, and this one is answered
         // against the resumed session, as if it had come after.
@@ -58,7 +58,7 @@ pub(crate) async fn resume(
             if let Some(Err(e)) = settle_claimed(myself, state).await {
                 tracing::warn!(session_id = %state.record.session_id, error = %e, "a resume lost to a wake-up whose resume could not be completed");
             }
-            claim(myself, state, params).await
+            claim(myself, state, &params).await
         }
         other => other,
     };
@@ -85,16 +85,16 @@ fn lost_to_a_claim_on_commit(state: &SessionState, error: &ControlError) -> bool
 async fn claim(
     myself: &ActorRef<SessionMsg>,
     state: &mut SessionState,
-    params: ResumeParams,
+    params: &ResumeParams,
 ) -> Result<ResumeOutcome, ControlError> {
-    let suspension = match current(state, &params) {
+    let suspension = match current(state, params) {
         Ok(suspension) => suspension,
-        Err(e) => return Err(refuse(state, &params, e).await),
+        Err(e) => return Err(refuse(state, params, e).await),
     };
     // A new root that links back to the suspension (see `crate::telemetry`);
     // the turn the resume starts is its child.
-    let span = crate::telemetry::resume_span(&suspension, &params);
-    wake(myself, state, params, suspension, None)
+    let span = crate::telemetry::resume_span(&suspension, params);
+    wake(myself, state, params, &suspension, None)
         .instrument(span)
         .await
 }
@@ -157,15 +157,9 @@ pub(crate) async fn settle_claim(
     };
     let params = crate::claimer::resume_params(&firing)?;
     let span = crate::telemetry::resume_span(&suspension, &params);
-    let first = wake(
-        myself,
-        state,
-        params.clone(),
-        suspension.clone(),
-        Some(&claim),
-    )
-    .instrument(span.clone())
-    .await;
+    let first = wake(myself, state, &params, &suspension, Some(&claim))
+        .instrument(span.clone())
+        .await;
     Some(match first {
         Err(ControlError::ResumeRefused { refusal, .. }) => {
             tracing::warn!(session_id = %claim.session_id, %refusal, "a woken parked turn cannot continue; resuming with a fresh transcript");
@@ -173,7 +167,7 @@ pub(crate) async fn settle_claim(
                 continue_transcript: false,
                 ..params
             };
-            wake(myself, state, params, suspension, Some(&claim))
+            wake(myself, state, &params, &suspension, Some(&claim))
                 .instrument(span)
                 .await
         }
@@ -186,8 +180,8 @@ pub(crate) async fn settle_claim(
 async fn wake(
     myself: &ActorRef<SessionMsg>,
     state: &mut SessionState,
-    params: ResumeParams,
-    suspension: Suspension,
+    params: &ResumeParams,
+    suspension: &Suspension,
     taken: Option<&ResumeClaim>,
 ) -> Result<ResumeOutcome, ControlError> {
     let session_id = state.record.session_id.clone();
@@ -199,7 +193,7 @@ async fn wake(
             Ok(grant) => grant,
             Err(e) => {
                 let e = ControlError::invalid("input.budget", &e.to_string());
-                return Err(refuse(state, &params, e).await);
+                return Err(refuse(state, params, e).await);
             }
         },
     };
@@ -283,7 +277,7 @@ async fn wake(
                     handle: handle.clone(),
                     refusal,
                 };
-                return Err(refuse(state, &params, e).await);
+                return Err(refuse(state, params, e).await);
             }
             let turn_id = frame.turn_id.clone();
             let open = OpenTurn {
@@ -385,7 +379,7 @@ async fn wake(
                     .unwrap_or_default()
                     .to_vec();
                 before.extend(prelude.transcript.iter().cloned());
-                digest(&suspension, &before, params.input.as_ref())
+                digest(suspension, &before, params.input.as_ref())
             };
             prelude.events.push(resumed(Some(fresh.clone())));
             prelude.events.push(accepted);
