@@ -241,10 +241,9 @@ impl Journal {
         stamp_format(&txn, path)?;
         txn.commit().map_err(|e| open_err(e.to_string()))?;
         let log_path = commit_log::path_beside(path);
-        let (mut log, records) = CommitLog::open(&log_path).map_err(|e| StorageError::Open {
-            path: log_path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let applied = writer::applied_seq(&db)?;
+        let (mut log, records) =
+            CommitLog::open(&log_path, applied).map_err(|e| writer::log_error(&log_path, e))?;
         let last = writer::replay(&db, &keyring, &records)?;
         if log.len() > 0 {
             // Every record is in redb now (durably): the log starts over.

@@ -14,7 +14,7 @@ use berth_runtime::ids::SessionId;
 use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase};
 
 use crate::chain;
-use crate::commit_log::{self, LOG_SEQ_KEY};
+use crate::commit_log;
 use crate::error::StorageError;
 use crate::journal::{FORMAT_KEY, FORMAT_WITHOUT_LOG, JOURNAL_FORMAT};
 use crate::keyring::Keyring;
@@ -61,11 +61,13 @@ impl Opened {
                 "no journal file there (pass the --data-dir a berth served)".into(),
             ));
         }
-        let log = commit_log::read(&commit_log::path_beside(path))
-            .map_err(|e| open_err(format!("reading its commit log: {e}")))?;
+        let log_path = commit_log::path_beside(path);
         match ReadOnlyDatabase::open(path) {
             Ok(db) => {
-                if !log_ahead_of(&db, &log)? {
+                let applied = writer::applied_seq(&db)?;
+                let log = commit_log::read(&log_path, applied)
+                    .map_err(|e| writer::log_error(&log_path, e))?;
+                if log.last().is_none_or(|r| r.seq <= applied) {
                     return Ok(Self::ReadOnly(db));
                 }
                 drop(db);
@@ -82,6 +84,8 @@ impl Opened {
         // Repair a copy, and replay the log into it, not into the original.
         let copy = TempCopy::of(path).map_err(|e| open_err(e.to_string()))?;
         let db = Database::create(&copy.0).map_err(|e| open_err(e.to_string()))?;
+        let log = commit_log::read(&log_path, writer::applied_seq(&db)?)
+            .map_err(|e| writer::log_error(&log_path, e))?;
         if !log.is_empty() {
             let throwaway;
             let keyring = match keyring {
@@ -112,7 +116,7 @@ impl Opened {
         })
     }
 
-    /// Checks the journal's format inside `txn`.
+    /// Checks the journal's format inside `txn`; returns it.
     ///
     /// # Errors
     /// [`StorageError::Format`] (with `hint`) for a journal of another format.
@@ -120,7 +124,7 @@ impl Opened {
         txn: &ReadTransaction,
         path: &Path,
         hint: &'static str,
-    ) -> Result<(), StorageError> {
+    ) -> Result<u64, StorageError> {
         let meta = txn.open_table(META)?;
         let format = meta.get(FORMAT_KEY)?.map(|v| v.value());
         if !matches!(format, Some(JOURNAL_FORMAT | FORMAT_WITHOUT_LOG)) {
@@ -131,22 +135,8 @@ impl Opened {
                 hint,
             });
         }
-        Ok(())
+        Ok(format.unwrap_or_default())
     }
-}
-
-/// Whether `log` holds records the read-only `db` lacks.
-fn log_ahead_of(db: &ReadOnlyDatabase, log: &[commit_log::Record]) -> Result<bool, StorageError> {
-    let Some(last) = log.last() else {
-        return Ok(false);
-    };
-    let txn = db.begin_read()?;
-    let applied = match txn.open_table(META) {
-        Ok(meta) => meta.get(LOG_SEQ_KEY)?.map_or(0, |v| v.value()),
-        Err(redb::TableError::TableDoesNotExist(_)) => 0,
-        Err(e) => return Err(e.into()),
-    };
-    Ok(last.seq > applied)
 }
 
 /// A temporary copy of the journal, removed on drop.

@@ -32,7 +32,6 @@ use serde::Serialize;
 
 use crate::chain::{self, ChainHead};
 use crate::error::StorageError;
-use crate::journal::JOURNAL_FORMAT;
 use crate::keyring::Keyring;
 use crate::readonly::Opened;
 use crate::tables::{CHAIN_HEADS, EVENTS, SESSIONS};
@@ -102,7 +101,8 @@ pub struct SessionReport {
 pub struct VerifyReport {
     /// The journal file.
     pub journal: String,
-    /// Its format.
+    /// Its format, as recorded in it (2: written before the commit log and
+    /// not opened since; 3: see `JOURNAL_FORMAT`).
     pub format: u64,
     /// The key ids verification used.
     pub keys: Vec<String>,
@@ -165,7 +165,7 @@ fn damage_as_error<T>(read: impl FnOnce() -> Result<T, StorageError>) -> Result<
 fn verify_journal_unguarded(path: &Path, keyring: &Keyring) -> Result<VerifyReport, StorageError> {
     let opened = Opened::open(path, "verify", Some(keyring))?;
     let txn = opened.begin_read()?;
-    Opened::check_format(&txn, path, FORMAT_HINT)?;
+    let format = Opened::check_format(&txn, path, FORMAT_HINT)?;
     let events = txn.open_table(EVENTS)?;
     let heads = txn.open_table(CHAIN_HEADS)?;
     let sessions = txn.open_table(SESSIONS)?;
@@ -211,7 +211,7 @@ fn verify_journal_unguarded(path: &Path, keyring: &Keyring) -> Result<VerifyRepo
         .count();
     Ok(VerifyReport {
         journal: path.display().to_string(),
-        format: JOURNAL_FORMAT,
+        format,
         keys: keyring.keys().into_iter().map(|k| k.id).collect(),
         repaired_copy: opened.repaired(),
         ok: reports.len() - tampered,

@@ -293,6 +293,39 @@ impl Writer {
     }
 }
 
+/// The seq of the last commit-log record `db` holds (0 for none).
+///
+/// # Errors
+/// [`StorageError::Database`] on I/O failure.
+pub(crate) fn applied_seq(db: &impl ReadableDatabase) -> Result<u64, StorageError> {
+    let txn = db.begin_read()?;
+    let meta = match txn.open_table(META) {
+        Ok(meta) => meta,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let seq = meta.get(LOG_SEQ_KEY)?.map_or(0, |v| v.value());
+    Ok(seq)
+}
+
+/// The error for a commit log that cannot be read at `path`: damage in the
+/// middle is [`StorageError::Corrupt`] (table `commit_log`), anything else
+/// [`StorageError::Open`].
+pub(crate) fn log_error(path: &std::path::Path, e: std::io::Error) -> StorageError {
+    if e.kind() == std::io::ErrorKind::InvalidData {
+        StorageError::Corrupt {
+            table: "commit_log",
+            key: path.display().to_string(),
+            message: e.to_string(),
+        }
+    } else {
+        StorageError::Open {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
 /// Replays into `db` the log `records` whose sequence number is above the
 /// one `db` holds (what a crash left only in the log), in one durable
 /// transaction; returns the number of the last record now applied (0 for
@@ -307,12 +340,7 @@ pub(crate) fn replay(
     keyring: &Keyring,
     records: &[Record],
 ) -> Result<u64, StorageError> {
-    let applied = {
-        let txn = db.begin_read()?;
-        let meta = txn.open_table(META)?;
-        let seq = meta.get(LOG_SEQ_KEY)?.map_or(0, |v| v.value());
-        seq
-    };
+    let applied = applied_seq(db)?;
     let pending: Vec<&Record> = records.iter().filter(|r| r.seq > applied).collect();
     let Some(first) = pending.first() else {
         return Ok(applied);

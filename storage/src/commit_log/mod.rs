@@ -145,12 +145,73 @@ fn parse(bytes: &[u8]) -> (Vec<Record>, u64) {
     (records, at as u64)
 }
 
+/// A whole record at or after byte `from` whose seq is above `above`: its
+/// offset and seq. Only the middle of a damaged log holds one: after the
+/// last live record come zeros, a torn record (whose append was never
+/// answered, so no record was written after it) or records from before the
+/// last emptying, whose seqs redb holds (at most `above`).
+fn record_beyond(bytes: &[u8], from: usize, above: u64) -> Option<(usize, u64)> {
+    let word = |at: usize, n: usize| {
+        let mut v = [0u8; 8];
+        v[..n].copy_from_slice(&bytes[at..at + n]);
+        u64::from_le_bytes(v)
+    };
+    let mut at = from;
+    while at + HEADER <= bytes.len() {
+        if bytes[at] == 0 {
+            // Skip zeros quickly; a header's length field (never 0: a group
+            // holds at least its batch count) has at most 3 zero bytes first.
+            match bytes[at..].iter().position(|&b| b != 0) {
+                Some(n) if n > 3 => {
+                    at += n - 3;
+                    continue;
+                }
+                Some(_) => {}
+                None => return None,
+            }
+        }
+        let seq = word(at + 8, 8);
+        if seq > above && seq - above <= u64::from(u32::MAX) {
+            let len = word(at, 4) as usize;
+            let crc = word(at + 4, 4) as u32;
+            let end = at + HEADER + len;
+            if end <= bytes.len() && checksum(seq, &bytes[at + HEADER..end]) == crc {
+                return Some((at, seq));
+            }
+        }
+        at += 1;
+    }
+    None
+}
+
+/// The whole records of `bytes` (see [`parse`]), or an
+/// [`std::io::ErrorKind::InvalidData`] error when a whole record with a seq
+/// above `applied` (redb's) and above the last record read lies after the
+/// point where reading stopped: the log is damaged in the middle, and
+/// acknowledged groups after the damage would be lost.
+fn parse_checked(bytes: &[u8], applied: u64) -> std::io::Result<(Vec<Record>, u64)> {
+    let (records, end) = parse(bytes);
+    let above = records.last().map_or(applied, |r| r.seq.max(applied));
+    if let Some((at, seq)) = record_beyond(bytes, end as usize, above) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "the record at byte {end} is damaged, and an acknowledged record ({seq}, at \
+                 byte {at}) follows it: the groups after the damage cannot be replayed; restore \
+                 journal.log from a copy, or move it aside to start without them (they are lost)"
+            ),
+        ));
+    }
+    Ok((records, end))
+}
+
 /// Reads the log at `path` without changing it: its whole records in order
-/// (none when there is no file).
+/// (none when there is no file). `applied` is the last seq redb holds.
 ///
 /// # Errors
-/// I/O errors reading the file.
-pub(crate) fn read(path: &Path) -> std::io::Result<Vec<Record>> {
+/// I/O errors reading the file; [`std::io::ErrorKind::InvalidData`] for a
+/// log damaged in the middle (see [`parse_checked`]).
+pub(crate) fn read(path: &Path, applied: u64) -> std::io::Result<Vec<Record>> {
     let mut bytes = Vec::new();
     match File::open(path) {
         Ok(mut file) => {
@@ -159,17 +220,20 @@ pub(crate) fn read(path: &Path) -> std::io::Result<Vec<Record>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     }
-    Ok(parse(&bytes).0)
+    Ok(parse_checked(&bytes, applied)?.0)
 }
 
 impl CommitLog {
     /// Opens (or creates) the log at `path`; returns it with its whole
     /// records, and extends the file with zeros to [`PREALLOCATED_BYTES`].
-    /// The next record goes after the last whole one.
+    /// The next record goes after the last whole one. `applied` is the last
+    /// seq redb holds.
     ///
     /// # Errors
-    /// I/O errors opening, reading or extending the file.
-    pub(crate) fn open(path: &Path) -> std::io::Result<(Self, Vec<Record>)> {
+    /// I/O errors opening, reading or extending the file;
+    /// [`std::io::ErrorKind::InvalidData`] for a log damaged in the middle
+    /// (see [`parse_checked`]): nothing is written then.
+    pub(crate) fn open(path: &Path, applied: u64) -> std::io::Result<(Self, Vec<Record>)> {
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -178,7 +242,15 @@ impl CommitLog {
             .open(path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let (records, len) = parse(&bytes);
+        let (records, len) = parse_checked(&bytes, applied)?;
+        if (len as usize) < bytes.len() && bytes[len as usize] != 0 {
+            tracing::debug!(
+                path = %path.display(),
+                at = len,
+                "the journal's commit log ends in a torn record (its append was never \
+                 answered) or in records it already holds; they are written over"
+            );
+        }
         let mut log = Self {
             file,
             len,
@@ -310,7 +382,7 @@ mod tests {
     fn records_round_trip_and_a_torn_tail_is_cut_off() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.log");
-        let (mut log, records) = CommitLog::open(&path).unwrap();
+        let (mut log, records) = CommitLog::open(&path, 0).unwrap();
         assert!(records.is_empty());
         append(&mut log, 1, b"one");
         append(&mut log, 2, b"");
@@ -318,11 +390,11 @@ mod tests {
         let whole = log.len();
         drop(log);
         let expect = |seqs: &[u64]| {
-            let records = read(&path).unwrap();
+            let records = read(&path, 0).unwrap();
             assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), seqs);
         };
         expect(&[1, 2, 3]);
-        assert_eq!(read(&path).unwrap()[2].payload, b"three");
+        assert_eq!(read(&path, 0).unwrap()[2].payload, b"three");
 
         // The file is preallocated with zeros, which end the log.
         assert_eq!(std::fs::metadata(&path).unwrap().len(), PREALLOCATED_BYTES);
@@ -331,7 +403,7 @@ mod tests {
         let file = OpenOptions::new().write(true).open(&path).unwrap();
         file.set_len(whole - 2).unwrap();
         expect(&[1, 2]);
-        let (mut log, records) = CommitLog::open(&path).unwrap();
+        let (mut log, records) = CommitLog::open(&path, 0).unwrap();
         assert_eq!(records.len(), 2);
         // The next record overwrites the torn one.
         append(&mut log, 3, b"3");
@@ -347,15 +419,53 @@ mod tests {
         expect(&[1, 2]);
     }
 
+    /// A record whose seq does not follow ends the log; one redb does not
+    /// hold yet is then refused as damage (a record between went missing).
     #[test]
     fn a_gap_in_the_sequence_ends_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.log");
-        let (mut log, _) = CommitLog::open(&path).unwrap();
+        let (mut log, _) = CommitLog::open(&path, 0).unwrap();
         append(&mut log, 7, b"a");
         append(&mut log, 9, b"b");
-        assert_eq!(read(&path).unwrap().len(), 1);
-        assert!(read(&dir.path().join("missing.log")).unwrap().is_empty());
+        assert_eq!(read(&path, 9).unwrap().len(), 1);
+        let err = read(&path, 7).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+        assert!(read(&dir.path().join("missing.log"), 0).unwrap().is_empty());
+    }
+
+    /// A record damaged in the middle of the log, with acknowledged records
+    /// after it, is an error, not the end of the log; damage to the last
+    /// record (a torn append) is not.
+    #[test]
+    fn damage_before_later_records_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.log");
+        let (mut log, _) = CommitLog::open(&path, 0).unwrap();
+        for seq in 1..=4 {
+            append(&mut log, seq, format!("group {seq}").as_bytes());
+        }
+        drop(log);
+        let whole = std::fs::read(&path).unwrap();
+        // Each record is 16 + 7 bytes: flip a payload byte of record 2, then
+        // a length byte of record 2 (its header no longer leads to record 3).
+        for at in [23 + 20, 23] {
+            let mut bytes = whole.clone();
+            bytes[at] ^= 0x40;
+            std::fs::write(&path, &bytes).unwrap();
+            let err = read(&path, 0).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+            assert!(err.to_string().contains("(3, at byte 46)"), "{err}");
+            assert!(CommitLog::open(&path, 0).is_err());
+            assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing written");
+            // Records redb already holds past the damage are no loss.
+            assert_eq!(read(&path, 4).unwrap().len(), 1);
+        }
+        // The last record damaged: the log ends before it.
+        let mut bytes = whole.clone();
+        bytes[3 * 23 + 20] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(read(&path, 0).unwrap().len(), 3);
     }
 
     /// After `clear`, records go at the start again, over the old ones; what
@@ -365,17 +475,18 @@ mod tests {
     fn a_cleared_log_is_overwritten_from_the_start() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.log");
-        let (mut log, _) = CommitLog::open(&path).unwrap();
+        let (mut log, _) = CommitLog::open(&path, 0).unwrap();
         for seq in 1..=5 {
             append(&mut log, seq, b"an old record");
         }
+        // Cleared once redb holds 1..=5: what is left of those is skipped.
         log.clear().unwrap();
-        assert!(read(&path).unwrap().is_empty());
+        assert!(read(&path, 5).unwrap().is_empty());
         append(&mut log, 6, b"new");
         append(&mut log, 7, b"an old record");
-        let seqs: Vec<u64> = read(&path).unwrap().iter().map(|r| r.seq).collect();
+        let seqs: Vec<u64> = read(&path, 5).unwrap().iter().map(|r| r.seq).collect();
         assert_eq!(seqs, [6, 7]);
-        let (_, records) = CommitLog::open(&path).unwrap();
+        let (_, records) = CommitLog::open(&path, 5).unwrap();
         assert_eq!(records.len(), 2);
     }
 
@@ -385,14 +496,14 @@ mod tests {
     fn an_undone_record_is_not_read_back() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.log");
-        let (mut log, _) = CommitLog::open(&path).unwrap();
+        let (mut log, _) = CommitLog::open(&path, 0).unwrap();
         append(&mut log, 1, b"kept");
         let before = log.len();
         append(&mut log, 2, b"undone");
         log.undo_last(before).unwrap();
-        assert_eq!(read(&path).unwrap().len(), 1);
+        assert_eq!(read(&path, 0).unwrap().len(), 1);
         append(&mut log, 2, b"again");
-        let records = read(&path).unwrap();
+        let records = read(&path, 0).unwrap();
         assert_eq!(records.len(), 2);
         assert_eq!(records[1].payload, b"again");
     }
