@@ -315,7 +315,10 @@ pub(crate) fn log_error(path: &std::path::Path, e: std::io::Error) -> StorageErr
     if e.kind() == std::io::ErrorKind::InvalidData {
         StorageError::Corrupt {
             table: "commit_log",
-            key: path.display().to_string(),
+            key: path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            ),
             message: e.to_string(),
         }
     } else {
