@@ -1650,7 +1650,9 @@ impl Node {
 
     /// Stops every session actor (their running turns stay open in the journal
     /// and are sealed at the next start; their processes are killed) and the
-    /// supervisor.
+    /// supervisor, then has the journal fold its commit log into its file
+    /// ([`berth_storage::Journal::flush_log`]), so that the next start has
+    /// nothing to replay however the process then ends.
     pub async fn shutdown(&self) {
         for id in self.registry.live_ids().await {
             if let Some(actor) = self.registry.get_live(&id).await {
@@ -1663,5 +1665,8 @@ impl Node {
             }
         }
         self.supervisor.stop(None);
+        if let Err(e) = self.env.journal.flush_log().await {
+            tracing::warn!(error = %e, "could not fold the journal's commit log into its file at shutdown; the next start replays it");
+        }
     }
 }

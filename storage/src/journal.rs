@@ -308,7 +308,11 @@ impl Journal {
         batch.encode();
         let (ack, done) = oneshot::channel();
         self.sender()?
-            .send(Request { batch, ack })
+            .send(Request {
+                batch,
+                ack,
+                checkpoint: false,
+            })
             .await
             .map_err(|_| StorageError::WriterStopped)?;
         Ok(Queued(Some(done)))
@@ -332,9 +336,38 @@ impl Journal {
         batch.encode();
         let (ack, done) = oneshot::channel();
         self.sender()?
-            .blocking_send(Request { batch, ack })
+            .blocking_send(Request {
+                batch,
+                ack,
+                checkpoint: false,
+            })
             .map_err(|_| StorageError::WriterStopped)?;
         Ok(done)
+    }
+
+    /// Waits until every write acknowledged so far is in the redb file
+    /// itself (a durable redb commit) and the commit log is empty, as the
+    /// writer does on its own after 100 ms idle and when the journal closes.
+    /// A server calls this as it stops, so that the next start has nothing
+    /// to replay even if the process is ended before the journal is
+    /// dropped.
+    ///
+    /// # Errors
+    /// [`StorageError`] when the durable commit failed (the log still holds
+    /// every group: nothing is lost).
+    pub async fn flush_log(&self) -> Result<(), StorageError> {
+        let (ack, done) = oneshot::channel();
+        self.sender()?
+            .send(Request {
+                batch: Batch::new(),
+                ack,
+                checkpoint: true,
+            })
+            .await
+            .map_err(|_| StorageError::WriterStopped)?;
+        done.await
+            .map_err(|_| StorageError::WriterStopped)?
+            .map(drop)
     }
 
     /// The writer's queue, unless the writer was stopped.

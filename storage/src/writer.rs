@@ -46,6 +46,10 @@ pub(crate) const QUEUE_DEPTH: usize = 8192;
 pub(crate) struct Request {
     pub batch: Batch,
     pub ack: oneshot::Sender<Result<Vec<u64>, StorageError>>,
+    /// Answer only once redb holds everything durably and the log is empty
+    /// ([`Journal::flush_log`](crate::Journal::flush_log); its batch is
+    /// empty).
+    pub checkpoint: bool,
 }
 
 /// Starts the writer thread over `db` and its commit `log`, whose next
@@ -88,7 +92,7 @@ pub(crate) fn spawn(
                     match next {
                         Ok(next) => next,
                         Err(_idle) => {
-                            writer.checkpoint();
+                            let _ = writer.checkpoint();
                             continue;
                         }
                     }
@@ -101,9 +105,24 @@ pub(crate) fn spawn(
                         Err(_) => break,
                     }
                 }
-                writer.commit_group(&mut group);
+                let checkpoints: Vec<Request> = if group.iter().any(|r| r.checkpoint) {
+                    let (asked, rest) = group.drain(..).partition(|r| r.checkpoint);
+                    group = rest;
+                    asked
+                } else {
+                    Vec::new()
+                };
+                if !group.is_empty() {
+                    writer.commit_group(&mut group);
+                }
+                if !checkpoints.is_empty() {
+                    let outcome = writer.checkpoint();
+                    for request in checkpoints {
+                        let _ = request.ack.send(outcome.clone().map(|()| Vec::new()));
+                    }
+                }
             }
-            writer.checkpoint();
+            let _ = writer.checkpoint();
         })
         .expect("spawning the journal writer thread");
     (tx, thread)
@@ -267,9 +286,12 @@ impl Writer {
     /// Makes every applied group durable in redb itself (an empty
     /// transaction committed with `Durability::Immediate` writes the pages
     /// of the non-durable commits before it), then empties the log.
-    fn checkpoint(&mut self) {
-        if self.log.len() == 0 || self.broken.is_some() {
-            return;
+    fn checkpoint(&mut self) -> Result<(), StorageError> {
+        if let Some(why) = &self.broken {
+            return Err(StorageError::Database(why.clone()));
+        }
+        if self.log.len() == 0 {
+            return Ok(());
         }
         let durable = (|| {
             let mut txn = self.db.begin_write()?;
@@ -278,9 +300,15 @@ impl Writer {
             Ok::<_, StorageError>(())
         })();
         match durable {
-            Ok(()) => self.clear_log(),
+            Ok(()) => {
+                self.clear_log();
+                Ok(())
+            }
             // The log still holds every group: nothing is lost, it is tried again.
-            Err(e) => tracing::error!(error = %e, "journal checkpoint failed"),
+            Err(e) => {
+                tracing::error!(error = %e, "journal checkpoint failed");
+                Err(e)
+            }
         }
     }
 

@@ -249,3 +249,27 @@ async fn a_batch_that_opens_a_turn_carries_that_turns_fenced_write() {
         .await
         .is_err());
 }
+
+/// `flush_log` answers once the redb file holds every acknowledged write
+/// and the commit log is empty (its first record header zeroed).
+#[tokio::test]
+async fn flush_log_leaves_nothing_to_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal =
+        Journal::open(&dir.path().join("journal.redb"), JournalOptions::default()).unwrap();
+    let sid = SessionId::from("s");
+    journal
+        .commit(
+            Batch::new()
+                .put_session(&session("s"))
+                .append(&sid, &chunk("a")),
+        )
+        .await
+        .unwrap();
+    let log = dir.path().join("journal.log");
+    let first_header = || std::fs::read(&log).unwrap()[..16].to_vec();
+    assert_ne!(first_header(), [0; 16], "the commit is in the log");
+    journal.flush_log().await.unwrap();
+    assert_eq!(first_header(), [0; 16], "the log is empty");
+    assert_eq!(journal.events(&sid, 0).unwrap().len(), 1);
+}

@@ -64,14 +64,18 @@ pub(crate) const CHECKPOINT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// After this long without a request, the writer commits durably to redb
 /// and empties the log, so that a journal at rest is whole in its redb file.
-pub(crate) const IDLE_CHECKPOINT: Duration = Duration::from_millis(500);
+/// Short, so that the pages of a burst of work are written while the node
+/// waits for what the burst set up (a burst of suspends is folded in before
+/// their timers come due, not while they fire): such a durable commit holds
+/// the writer, and readers of pages it is writing, while it lasts.
+pub(crate) const IDLE_CHECKPOINT: Duration = Duration::from_millis(100);
 
 /// Bytes before a record's payload.
 const HEADER: usize = 16;
 
 /// The log file is kept at least this long (zeros), so that appends
 /// overwrite allocated blocks (16 MiB: the groups of a few thousand woken
-/// sessions; the log is emptied after 500 ms idle).
+/// sessions; the log is emptied after 100 ms idle).
 pub(crate) const PREALLOCATED_BYTES: u64 = 16 * 1024 * 1024;
 
 /// The commit log beside the journal file `journal` (`journal.log` for
