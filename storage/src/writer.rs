@@ -116,13 +116,16 @@ pub(crate) fn spawn(
                     writer.commit_group(&mut group);
                 }
                 if !checkpoints.is_empty() {
-                    let outcome = writer.checkpoint();
+                    // Asked for as the server stops: the file goes too.
+                    let outcome = writer.checkpoint().map(|()| writer.release_log());
                     for request in checkpoints {
                         let _ = request.ack.send(outcome.clone().map(|()| Vec::new()));
                     }
                 }
             }
-            let _ = writer.checkpoint();
+            if writer.checkpoint().is_ok() {
+                writer.release_log();
+            }
         })
         .expect("spawning the journal writer thread");
     (tx, thread)
@@ -309,6 +312,14 @@ impl Writer {
                 tracing::error!(error = %e, "journal checkpoint failed");
                 Err(e)
             }
+        }
+    }
+
+    /// Empties the log and truncates its file (see `CommitLog::release`);
+    /// only after a successful checkpoint.
+    fn release_log(&mut self) {
+        if let Err(e) = self.log.release() {
+            tracing::warn!(error = %e, "could not truncate the journal's commit log");
         }
     }
 
