@@ -132,13 +132,13 @@ def write(results: dict, out: Path) -> None:
             f"{floor['count']} | {floor['p50_us']} | {floor['p99_us']} | {floor['max_us']} |")
         ow = results.get("floor_overwrite")
         if ow:
-            add(f"| pwrite + fdatasync into preallocated pages (what redb's commits pay) | "
+            add(f"| pwrite + fdatasync into preallocated pages (what berth's commit-log appends pay) | "
                 f"{ow['count']} | {ow['p50_us']} | {ow['p99_us']} | {ow['max_us']} |")
         add("")
         add("An append changes the file's size, so its fsync also commits the filesystem "
             "journal; an overwrite of allocated pages with fdatasync does not. berth's "
-            "journal (redb) commits with `fdatasync` into allocated pages, so a berth "
-            "round trip can come in under the append floor.")
+            "journal makes a group durable by writing it into its commit log's preallocated "
+            "blocks with `fdatasync`, so a berth round trip can come in under the append floor.")
         add("")
 
     # A section whose results are not what it expects (a driver that left a
