@@ -26,10 +26,14 @@ fn record(text: String) -> EventRecord {
     )
 }
 
-/// The child half; a no-op unless run by `acked_appends_survive_sigkill`.
-#[test]
-fn kill_child() {
-    let Ok(dir) = std::env::var("BERTH_KILL_CHILD_DIR") else {
+/// In a child run of this binary with `var` set to a data dir: opens the
+/// journal there and runs `body` on it (a no-op in a normal test run).
+fn child_journal<F, Fut>(var: &str, body: F)
+where
+    F: FnOnce(Journal) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let Ok(dir) = std::env::var(var) else {
         return;
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -39,6 +43,34 @@ fn kill_child() {
             JournalOptions::default(),
         )
         .unwrap();
+        body(journal).await;
+    });
+}
+
+/// Re-runs this test binary as the child test `name`, with `var` = `dir`,
+/// its stdout piped.
+fn spawn_child(name: &str, var: &str, dir: &std::path::Path) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(var, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn sigkill(child: &std::process::Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
+/// The child half; a no-op unless run by `acked_appends_survive_sigkill`.
+#[test]
+fn kill_child() {
+    child_journal("BERTH_KILL_CHILD_DIR", |journal| async move {
         let mut tasks = Vec::new();
         for s in 0..SESSIONS {
             let journal = journal.clone();
@@ -62,13 +94,7 @@ fn kill_child() {
 #[test]
 fn acked_appends_survive_sigkill() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "kill_child", "--nocapture", "--test-threads=1"])
-        .env("BERTH_KILL_CHILD_DIR", dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_child("kill_child", "BERTH_KILL_CHILD_DIR", dir.path());
     let mut acked: std::collections::HashMap<String, u64> = Default::default();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = 0;
@@ -86,11 +112,7 @@ fn acked_appends_survive_sigkill() {
         *max = (*max).max(id);
         seen += 1;
     }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    sigkill(&child);
     // Acks printed after our last read but before the kill are durable too;
     // read them so the check is against everything acknowledged.
     for line in lines.map_while(Result::ok) {
@@ -174,16 +196,7 @@ fn parked(sid: &SessionId, handle: &str) -> Suspension {
 /// Prints `won <session> <h> <actor>` after a resume's commit returned.
 #[test]
 fn claim_child() {
-    let Ok(dir) = std::env::var("BERTH_KILL_CLAIM_DIR") else {
-        return;
-    };
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async move {
-        let journal = Journal::open(
-            &std::path::Path::new(&dir).join("journal.redb"),
-            JournalOptions::default(),
-        )
-        .unwrap();
+    child_journal("BERTH_KILL_CLAIM_DIR", |journal| async move {
         let mut sessions = Vec::new();
         for s in 0..CLAIM_SESSIONS {
             let journal = journal.clone();
@@ -250,13 +263,7 @@ fn claim_child() {
 #[test]
 fn claims_survive_sigkill_once_each() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "claim_child", "--nocapture", "--test-threads=1"])
-        .env("BERTH_KILL_CLAIM_DIR", dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_child("claim_child", "BERTH_KILL_CLAIM_DIR", dir.path());
     // handle -> (session, winning actor), as acknowledged by the child.
     let mut won: std::collections::HashMap<String, (String, String)> = Default::default();
     let mut record_win = |line: &str| {
@@ -275,11 +282,7 @@ fn claims_survive_sigkill_once_each() {
             seen += 1;
         }
     }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    sigkill(&child);
     for line in lines.map_while(Result::ok) {
         record_win(&line);
     }
@@ -344,16 +347,7 @@ fn claims_survive_sigkill_once_each() {
 /// so, then idles (the writer checkpoints after `IDLE_CHECKPOINT`).
 #[test]
 fn idle_child() {
-    let Ok(dir) = std::env::var("BERTH_KILL_IDLE_DIR") else {
-        return;
-    };
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async move {
-        let journal = Journal::open(
-            &std::path::Path::new(&dir).join("journal.redb"),
-            JournalOptions::default(),
-        )
-        .unwrap();
+    child_journal("BERTH_KILL_IDLE_DIR", |journal| async move {
         let sid = SessionId::from("sess_idle");
         for n in 0..50 {
             journal
@@ -374,13 +368,7 @@ fn idle_child() {
 fn a_checkpointed_journal_needs_no_log() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("journal.log");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "idle_child", "--nocapture", "--test-threads=1"])
-        .env("BERTH_KILL_IDLE_DIR", dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_child("idle_child", "BERTH_KILL_IDLE_DIR", dir.path());
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     // The harness prints `test idle_child ... ` on the same line first.
     while !lines
@@ -400,11 +388,7 @@ fn a_checkpointed_journal_needs_no_log() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    sigkill(&child);
     child.wait().unwrap();
     std::fs::remove_file(&log).unwrap();
 
