@@ -193,7 +193,8 @@ impl Journal {
     /// [`StorageError::Open`] when the file or its commit log cannot be
     /// opened (bad path, permissions, or another process holds it);
     /// [`StorageError::Corrupt`] (table `commit_log`) when the log cannot be
-    /// replayed; [`StorageError::Format`]
+    /// replayed, or is missing after a crash (it may have held acknowledged
+    /// groups; see `commit_log::check_present`); [`StorageError::Format`]
     /// for a journal of another format; [`StorageError::Keys`] when no
     /// keyring was given and the key file cannot be loaded or created.
     pub fn open(path: &Path, options: JournalOptions) -> Result<Self, StorageError> {
@@ -239,8 +240,18 @@ impl Journal {
             txn.open_table(table).map_err(|e| open_err(e.to_string()))?;
         }
         stamp_format(&txn, path)?;
-        txn.commit().map_err(|e| open_err(e.to_string()))?;
         let log_path = commit_log::path_beside(path);
+        {
+            // Before the log file is created again below.
+            let mut meta = txn.open_table(META)?;
+            let in_use = meta
+                .get(commit_log::LOG_IN_USE_KEY)?
+                .is_some_and(|v| v.value() == 1);
+            commit_log::check_present(&log_path, in_use)
+                .map_err(|e| writer::log_error(&log_path, e))?;
+            meta.insert(commit_log::LOG_IN_USE_KEY, 1)?;
+        }
+        txn.commit().map_err(|e| open_err(e.to_string()))?;
         let applied = writer::applied_seq(&db)?;
         let (mut log, records) =
             CommitLog::open(&log_path, applied).map_err(|e| writer::log_error(&log_path, e))?;

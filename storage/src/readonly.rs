@@ -46,7 +46,7 @@ impl Opened {
     /// # Errors
     /// [`StorageError::Open`] when there is no journal at `path` or a running
     /// berth holds it; [`StorageError::Corrupt`] (table `commit_log`) when
-    /// its commit log cannot be replayed.
+    /// its commit log cannot be replayed, or is missing after a crash.
     pub(crate) fn open(
         path: &Path,
         verb: &str,
@@ -64,6 +64,8 @@ impl Opened {
         let log_path = commit_log::path_beside(path);
         match ReadOnlyDatabase::open(path) {
             Ok(db) => {
+                commit_log::check_present(&log_path, writer::log_in_use(&db)?)
+                    .map_err(|e| writer::log_error(&log_path, e))?;
                 let applied = writer::applied_seq(&db)?;
                 let log = commit_log::read(&log_path, applied)
                     .map_err(|e| writer::log_error(&log_path, e))?;
@@ -84,6 +86,8 @@ impl Opened {
         // Repair a copy, and replay the log into it, not into the original.
         let copy = TempCopy::of(path).map_err(|e| open_err(e.to_string()))?;
         let db = Database::create(&copy.0).map_err(|e| open_err(e.to_string()))?;
+        commit_log::check_present(&log_path, writer::log_in_use(&db)?)
+            .map_err(|e| writer::log_error(&log_path, e))?;
         let log = commit_log::read(&log_path, writer::applied_seq(&db)?)
             .map_err(|e| writer::log_error(&log_path, e))?;
         if !log.is_empty() {

@@ -26,7 +26,7 @@ use berth_runtime::suspension::ResumeClaim;
 
 use crate::batch::{Batch, Op, PendingClaim};
 use crate::chain::{self, ChainHead};
-use crate::commit_log::{self, codec, AppendError, CommitLog, Record, LOG_SEQ_KEY};
+use crate::commit_log::{self, codec, AppendError, CommitLog, Record, LOG_IN_USE_KEY, LOG_SEQ_KEY};
 use crate::error::StorageError;
 use crate::journal::decode;
 use crate::keyring::Keyring;
@@ -72,6 +72,7 @@ pub(crate) fn spawn(
         next_seq,
         broken: None,
         payload: Vec::new(),
+        in_use: true,
     };
     let thread = std::thread::Builder::new()
         .name("berth-journal-writer".into())
@@ -117,7 +118,10 @@ pub(crate) fn spawn(
                 }
                 if !checkpoints.is_empty() {
                     // Asked for as the server stops: the file goes too.
-                    let outcome = writer.checkpoint().map(|()| writer.release_log());
+                    let outcome = writer.checkpoint().and_then(|()| {
+                        writer.release_log();
+                        writer.set_in_use(false)
+                    });
                     for request in checkpoints {
                         let _ = request.ack.send(outcome.clone().map(|()| Vec::new()));
                     }
@@ -125,6 +129,9 @@ pub(crate) fn spawn(
             }
             if writer.checkpoint().is_ok() {
                 writer.release_log();
+                if let Err(e) = writer.set_in_use(false) {
+                    tracing::warn!(error = %e, "could not record the journal's clean stop");
+                }
             }
         })
         .expect("spawning the journal writer thread");
@@ -190,6 +197,10 @@ struct Writer {
     broken: Option<String>,
     /// The encoding buffer, reused across groups.
     payload: Vec<u8>,
+    /// What redb holds durably under [`commit_log::LOG_IN_USE_KEY`]: the
+    /// journal's open sets it, a stop that emptied the log clears it, and a
+    /// group after that sets it again before its record is written.
+    in_use: bool,
 }
 
 impl Writer {
@@ -222,6 +233,7 @@ impl Writer {
         if let Some(why) = &self.broken {
             return Err(StorageError::Database(why.clone()));
         }
+        self.set_in_use(true)?;
         commit_log::new_record(&mut self.payload);
         codec::encode_group(group.iter().map(|r| &r.batch), &mut self.payload);
         let before = self.log.len();
@@ -315,6 +327,25 @@ impl Writer {
         }
     }
 
+    /// Records durably (an `Immediate` redb commit) whether the log may hold
+    /// acknowledged groups redb does not (see [`commit_log::check_present`]);
+    /// nothing when redb already says so.
+    ///
+    /// # Errors
+    /// [`StorageError::Database`] when the commit failed.
+    fn set_in_use(&mut self, in_use: bool) -> Result<(), StorageError> {
+        if self.in_use == in_use {
+            return Ok(());
+        }
+        let mut txn = self.db.begin_write()?;
+        txn.set_quick_repair(self.quick_repair);
+        txn.open_table(META)?
+            .insert(LOG_IN_USE_KEY, u64::from(in_use))?;
+        txn.commit()?;
+        self.in_use = in_use;
+        Ok(())
+    }
+
     /// Empties the log and truncates its file (see `CommitLog::release`);
     /// only after a successful checkpoint.
     fn release_log(&mut self) {
@@ -337,14 +368,28 @@ impl Writer {
 /// # Errors
 /// [`StorageError::Database`] on I/O failure.
 pub(crate) fn applied_seq(db: &impl ReadableDatabase) -> Result<u64, StorageError> {
+    meta_value(db, LOG_SEQ_KEY)
+}
+
+/// Whether `db` says its commit log may hold acknowledged groups it does
+/// not ([`LOG_IN_USE_KEY`]).
+///
+/// # Errors
+/// [`StorageError::Database`] on I/O failure.
+pub(crate) fn log_in_use(db: &impl ReadableDatabase) -> Result<bool, StorageError> {
+    Ok(meta_value(db, LOG_IN_USE_KEY)? == 1)
+}
+
+/// The `meta` value under `key` (0 when absent).
+fn meta_value(db: &impl ReadableDatabase, key: &str) -> Result<u64, StorageError> {
     let txn = db.begin_read()?;
     let meta = match txn.open_table(META) {
         Ok(meta) => meta,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
         Err(e) => return Err(e.into()),
     };
-    let seq = meta.get(LOG_SEQ_KEY)?.map_or(0, |v| v.value());
-    Ok(seq)
+    let value = meta.get(key)?.map_or(0, |v| v.value());
+    Ok(value)
 }
 
 /// The error for a commit log that cannot be read at `path`: damage in the

@@ -277,3 +277,39 @@ async fn flush_log_leaves_nothing_to_replay() {
     );
     assert_eq!(journal.events(&sid, 0).unwrap().len(), 1);
 }
+
+/// A log deleted after a clean stop held nothing: the journal opens
+/// without it (whole) and makes a new one. After `flush_log` the journal
+/// keeps working, and a write after it is in the log again.
+#[tokio::test]
+async fn a_log_missing_after_a_clean_stop_is_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.redb");
+    let log = dir.path().join("journal.log");
+    let sid = SessionId::from("s");
+    let journal = Journal::open(&path, JournalOptions::default()).unwrap();
+    journal
+        .commit(
+            Batch::new()
+                .put_session(&session("s"))
+                .append(&sid, &chunk("a")),
+        )
+        .await
+        .unwrap();
+    journal.flush_log().await.unwrap();
+    journal
+        .commit(Batch::new().append(&sid, &chunk("b")))
+        .await
+        .unwrap();
+    assert_ne!(
+        std::fs::read(&log).unwrap()[..16],
+        [0; 16],
+        "a write after flush_log is in the log"
+    );
+    drop(journal); // the writer's last checkpoint, then a clean stop
+    std::fs::remove_file(&log).unwrap();
+
+    let journal = Journal::open(&path, JournalOptions::default()).unwrap();
+    assert_eq!(journal.events(&sid, 0).unwrap().len(), 2);
+    assert!(log.is_file(), "the log is made again");
+}

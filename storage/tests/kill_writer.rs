@@ -343,13 +343,16 @@ fn claims_survive_sigkill_once_each() {
     );
 }
 
-/// The child half of `a_checkpointed_journal_needs_no_log`: commits, says
+/// The child half of the missing-log tests: commits, then (with `flush`)
+/// empties the log as a stopping server does and commits once more, says
 /// so, then idles (the writer checkpoints after `IDLE_CHECKPOINT`).
-#[test]
-fn idle_child() {
-    child_journal("BERTH_KILL_IDLE_DIR", |journal| async move {
+fn idle_child(var: &str, flush: bool) {
+    child_journal(var, |journal| async move {
         let sid = SessionId::from("sess_idle");
         for n in 0..50 {
+            if flush && n == 49 {
+                journal.flush_log().await.unwrap();
+            }
             journal
                 .commit(Batch::new().append(&sid, &record(format!("idle {n}"))))
                 .await
@@ -360,17 +363,27 @@ fn idle_child() {
     });
 }
 
-/// Groups are made durable through the commit log (`journal.log`); once
-/// the writer has been idle it commits them to the redb file itself and
-/// empties the log. Killed after that, the journal holds every group with
-/// the log gone entirely.
+/// The child half of `a_log_deleted_after_a_crash_is_refused`.
 #[test]
-fn a_checkpointed_journal_needs_no_log() {
+fn idle_child_plain() {
+    idle_child("BERTH_KILL_IDLE_DIR", false);
+}
+
+/// The child half of `a_log_deleted_after_a_flush_and_a_crash_is_refused`.
+#[test]
+fn idle_child_flushed() {
+    idle_child("BERTH_KILL_FLUSH_DIR", true);
+}
+
+/// Runs `child` on a fresh dir until it has acknowledged its 50 commits;
+/// once `wait_for_checkpoint`, also until its writer has emptied the log.
+/// Then SIGKILLs it and deletes `journal.log`; returns the dir.
+fn kill_and_delete_log(child: &str, var: &str, wait_for_checkpoint: bool) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("journal.log");
-    let mut child = spawn_child("idle_child", "BERTH_KILL_IDLE_DIR", dir.path());
+    let mut child = spawn_child(child, var, dir.path());
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    // The harness prints `test idle_child ... ` on the same line first.
+    // The harness prints `test <name> ... ` on the same line first.
     while !lines
         .next()
         .expect("child ended early")
@@ -379,24 +392,86 @@ fn a_checkpointed_journal_needs_no_log() {
     {}
     // The log is emptied by zeroing its first record's header.
     let first_header = || std::fs::read(&log).unwrap()[..16].to_vec();
-    assert_ne!(first_header(), [0; 16], "acked groups are in the log");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while first_header() != [0; 16] {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the idle writer never emptied its log"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    if wait_for_checkpoint {
+        assert_ne!(first_header(), [0; 16], "acked groups are in the log");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while first_header() != [0; 16] {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the idle writer never emptied its log"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
     sigkill(&child);
     child.wait().unwrap();
     std::fs::remove_file(&log).unwrap();
+    dir
+}
 
+/// Opening (and verifying) a journal whose commit log was deleted after a
+/// crash is refused as corrupt (table `commit_log`), whether or not the log
+/// still held groups: the file alone knew. An empty `journal.log` put back
+/// accepts the loss; here the writer had checkpointed before the kill, so
+/// nothing was lost and all 50 events are there.
+#[test]
+fn a_log_deleted_after_a_crash_is_refused() {
+    let dir = kill_and_delete_log("idle_child_plain", "BERTH_KILL_IDLE_DIR", true);
+    let path = dir.path().join("journal.redb");
+    let refused = |what: &str, e: StorageError| {
+        assert!(
+            matches!(
+                &e,
+                StorageError::Corrupt {
+                    table: "commit_log",
+                    ..
+                }
+            ),
+            "{what}: {e:?}"
+        );
+        assert!(e.to_string().contains("create it empty"), "{what}: {e}");
+    };
+    let keys = berth_storage::Keyring::load(dir.path()).unwrap();
+    refused(
+        "verify",
+        berth_storage::verify::verify_journal(&path, &keys).unwrap_err(),
+    );
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let journal =
-            Journal::open(&dir.path().join("journal.redb"), JournalOptions::default()).unwrap();
+        refused(
+            "open",
+            Journal::open(&path, JournalOptions::default()).unwrap_err(),
+        );
+        assert!(
+            !dir.path().join("journal.log").exists(),
+            "a refused open creates nothing"
+        );
+        std::fs::write(dir.path().join("journal.log"), b"").unwrap();
+        let journal = Journal::open(&path, JournalOptions::default()).unwrap();
         let events = journal.events(&SessionId::from("sess_idle"), 0).unwrap();
         assert_eq!(events.len(), 50);
+    });
+}
+
+/// A write after `flush_log` (which records a clean stop) marks the log in
+/// use again before it is written: killed with that write only in the log,
+/// the journal without its log is refused, not opened one event short.
+#[test]
+fn a_log_deleted_after_a_flush_and_a_crash_is_refused() {
+    let dir = kill_and_delete_log("idle_child_flushed", "BERTH_KILL_FLUSH_DIR", false);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let e =
+            Journal::open(&dir.path().join("journal.redb"), JournalOptions::default()).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                StorageError::Corrupt {
+                    table: "commit_log",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     });
 }

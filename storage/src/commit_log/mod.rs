@@ -60,6 +60,15 @@ use std::time::Duration;
 /// to redb (0: none yet).
 pub(crate) const LOG_SEQ_KEY: &str = "commit_log_seq";
 
+/// The `meta` key that says whether the log may hold acknowledged groups
+/// redb does not hold durably: 1 from the journal's open (and again before
+/// the first group after a [`Journal::flush_log`](crate::Journal::flush_log))
+/// until a stop has made redb durable and emptied the log, then 0; absent
+/// means 0. It tells a log that was deleted after a crash, which loses
+/// acknowledged groups, from one deleted after a clean stop, which loses
+/// nothing (see [`check_present`]).
+pub(crate) const LOG_IN_USE_KEY: &str = "commit_log_in_use";
+
 /// Past this many bytes of log, the next group commits durably to redb and
 /// the log is emptied (64 MiB: about 10,000 woken sessions of the
 /// `bench-sched` burst; redb's write buffer holds their pages meanwhile).
@@ -210,6 +219,32 @@ fn parse_checked(bytes: &[u8], applied: u64) -> std::io::Result<(Vec<Record>, u6
         ));
     }
     Ok((records, end))
+}
+
+/// Refuses to open a journal without its log at `path` when the log may
+/// hold acknowledged groups (`in_use`: [`LOG_IN_USE_KEY`] is 1, so the last
+/// berth on this journal did not stop cleanly). A log that is only missing
+/// after a clean stop held nothing: it is created again.
+///
+/// # Errors
+/// [`std::io::ErrorKind::InvalidData`] (the journal is reported corrupt,
+/// table `commit_log`) for a missing log that was in use; other I/O errors
+/// looking for the file.
+pub(crate) fn check_present(path: &Path, in_use: bool) -> std::io::Result<()> {
+    if !in_use {
+        return Ok(());
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the commit log is missing, and the last berth on this journal did not stop \
+             cleanly: the groups it acknowledged after its last checkpoint (the last \
+             100 ms idle pause, or up to 64 MiB of log) were only in that file. Restore journal.log from \
+             a copy, or create it empty to open the journal without them (they are lost)",
+        )),
+        Err(e) => Err(e),
+    }
 }
 
 /// Reads the log at `path` without changing it: its whole records in order
