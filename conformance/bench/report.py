@@ -370,6 +370,9 @@ def density_section(results, out, add):
 
 
 def targets_section(results, add, floor):
+    """Issue 9's targets beside berth's figures. A target is only judged on
+    the workload it names (1,000 and 10,000 timers, 100,000 parked units):
+    a quick run's smaller sizes are listed as not measured, not as met."""
     b = results["systems"].get("berth")
     if not b:
         return
@@ -377,20 +380,28 @@ def targets_section(results, add, floor):
     add("")
     add("| target | measured | met |")
     add("|---|---|---|")
-    sizes = results["sizes"]["timers"]
+    sizes = results["sizes"]
 
     def row(name, value, ok):
         met = "n/a" if ok is None else "yes" if ok else "**no**"
         add(f"| {name} | {value} | {met} |")
 
-    for n in sizes:
-        t = timers_at(b, n)
-        if t and n >= 10000:
-            v = t["lateness_unit"]["p99_us"] / 1000
-            row(f"timer lateness p99 ≤ 10 ms at {n}", f"{v:.3f} ms (unit); client p99 "
-                f"{t['lateness_client']['p99_us'] / 1000:.3f} ms", v <= 10)
-        if t and n == 1000:
-            row("1,000 × 1 s done in ≤ 1.1 s wall", wall_cell(t, " s"), t["wall_s"] <= 1.1)
+    def not_measured(name, what):
+        row(name, f"not measured: {what}", None)
+
+    t = timers_at(b, 1000)
+    if t:
+        row("1,000 × 1 s done in ≤ 1.1 s wall", wall_cell(t, " s"), t["wall_s"] <= 1.1)
+    else:
+        not_measured("1,000 × 1 s done in ≤ 1.1 s wall", f"this run parked {', '.join(f'{x:,}' for x in sizes['timers'])} units")
+    t = timers_at(b, 10000)
+    if t:
+        v = t["lateness_unit"]["p99_us"] / 1000
+        row("timer lateness p99 ≤ 10 ms at 10,000", f"{v:.3f} ms (unit); client p99 "
+            f"{t['lateness_client']['p99_us'] / 1000:.3f} ms", v <= 10)
+    else:
+        not_measured("timer lateness p99 ≤ 10 ms at 10,000", f"this run parked {', '.join(f'{x:,}' for x in sizes['timers'])} units")
+    n = sizes["control"]
     for mode in ("seq", "conc"):
         c = get(b, "control", mode, "running")
         if not c:
@@ -399,17 +410,24 @@ def targets_section(results, add, floor):
             row(f"control round trip p50 ≤ 1 ms ({mode})", f"{c['p50_us'] / 1000:.3f} ms",
                 c["p50_us"] <= 1000)
         else:
-            # 1,000 resumes written at once: the p50 unit waits behind half
-            # the batch, on any system, so only the ratio form applies.
-            row(f"control round trip p50 ({mode}, 1,000 in flight)",
+            # All resumes written at once: the p50 unit waits behind half of
+            # them, on any system, so only the ratio form applies.
+            row(f"control round trip p50 ({mode}, {n:,} in flight)",
                 f"{c['p50_us'] / 1000:.3f} ms: the 1 ms target is one round trip; with "
-                "1,000 sent at once the median waits behind half of them, so the "
+                f"{n:,} sent at once the median waits behind half of them, so the "
                 "ratios below are the target here", None)
+        # The issue's ratios set berth's resume → running against the
+        # peers' signal → result (its Restate fact: resolve → result 8.7 ms
+        # ≈ 8 × 1 ms); berth's own → result ratio is given beside it.
+        res = get(b, "control", mode, "result")
         for peer, need in (("restate", 8), ("temporal", 40)):
             p = get(results, "systems", peer, "control", mode, "result", "p50_us")
             if p:
                 r = p / max(c["p50_us"], 1)
-                row(f"≥ {need}× {peer} ({mode})", f"{r:.1f}×", r >= need)
+                also = (f"; result vs berth's result {p / max(res['p50_us'], 1):.1f}×"
+                        if res else "")
+                row(f"≥ {need}× {peer} ({mode}): its signal → result p50 / berth's "
+                    "resume → running p50", f"{r:.1f}×{also}", r >= need)
     steps = {r["concurrency"]: r for r in (get(b, "steps") or [])}
     for peer in ("temporal", "restate"):
         for r in get(results, "systems", peer, "steps") or []:
@@ -419,8 +437,13 @@ def targets_section(results, add, floor):
                     f"{mine['steps_per_sec']:.0f} vs {r['steps_per_sec']:.0f}",
                     mine["steps_per_sec"] > r["steps_per_sec"])
     d = get(b, "density")
-    if d:
+    if d and d["parked"] >= 100_000:
         total = d["rss_parked_bytes"] / 1048576
-        row(f"{d['parked']} parked under 500 MiB RSS", f"{total:.1f} MiB "
+        row(f"{d['parked']:,} parked under 500 MiB RSS", f"{total:.1f} MiB "
             f"(after restart {d['rss_restarted_bytes'] / 1048576:.1f} MiB)", total < 500)
+    elif d:
+        not_measured("100,000 parked under 500 MiB RSS",
+                     f"this run parked {d['parked']:,} (RSS "
+                     f"{d['rss_parked_bytes'] / 1048576:.1f} MiB; too few to scale up: "
+                     "below the live-actor limit every session stays in memory)")
     add("")

@@ -10,7 +10,7 @@ loopback-only network namespace); by hand:
 It starts each system on 127.0.0.1 with durable storage in one work folder
 (``.peers/run-<stamp>/``, on the same disk as this checkout), runs the four
 workloads of issue 9 in each system's own idiom, measures the machine's fsync
-floor there too, stops everything, and writes ``results/<date>-<host>[-quick]/``:
+floor there too, stops everything, and writes ``results/<date>T<HHMM>-<host>[-quick]/``:
 ``report.md`` (machine, versions, tables with ratios), ``results.json`` (every
 figure) and one PNG chart per workload (matplotlib).
 
@@ -858,7 +858,8 @@ def main() -> int:
     parser.add_argument("--bin-dir", default=str(Path(os.environ.get(
         "CARGO_TARGET_DIR", REPO / "target")) / "release"),
         help="where berth, bench-core and bench-sched are built")
-    parser.add_argument("--out", help="results folder (default results/<date>-<host>[-quick])")
+    parser.add_argument(
+        "--out", help="results folder (default results/<date>T<HHMM>-<host>[-quick])")
     args = parser.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     workloads = [w for w in args.workloads.split(",") if w]
@@ -885,8 +886,7 @@ def main() -> int:
     work = PEERS / f"run-{stamp}"
     work.mkdir(parents=True, exist_ok=True)
     out_dir = Path(args.out) if args.out else (
-        BENCH / "results" / f"{dt.date.today().isoformat()}-{platform.node()}"
-        f"{'-quick' if args.quick else ''}")
+        BENCH / "results" / f"{stamp}-{platform.node()}{'-quick' if args.quick else ''}")
     out_dir.mkdir(parents=True, exist_ok=True)
     procs = Procs()
 
