@@ -277,11 +277,16 @@ fn classify(envelope: &Value) -> Result<(Value, String, Value), (Value, RpcError
         return Err((Value::Null, RpcError::invalid_request(detail)));
     };
     let id = match object.get("id") {
-        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
+        // A number that is not a 64-bit integer would be echoed changed
+        // (see the ACP adapter's `jsonrpc::classify`): refused.
+        Some(id @ (Value::String(_) | Value::Null)) => id.clone(),
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Value::Number(n.clone()),
         Some(_) => {
             return Err((
                 Value::Null,
-                RpcError::invalid_request("id must be a string, a number or null"),
+                RpcError::invalid_request(
+                    "id must be a string, an integer that fits in 64 bits, or null",
+                ),
             ))
         }
         None => {
@@ -334,6 +339,11 @@ mod tests {
     #[test]
     fn envelopes() {
         assert_eq!(classify(&json!([])).unwrap_err().1.code, -32600);
+        for id in [json!(1.5), json!(1e20)] {
+            let (echo, e) =
+                classify(&json!({"jsonrpc": "2.0", "id": id, "method": "X"})).unwrap_err();
+            assert_eq!((echo, e.code), (Value::Null, -32600));
+        }
         assert_eq!(
             classify(&json!({"jsonrpc": "2.0", "method": "X"}))
                 .unwrap_err()

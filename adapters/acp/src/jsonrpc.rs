@@ -190,7 +190,7 @@ impl From<ControlError> for RpcError {
 pub enum Incoming {
     /// A request: answer it.
     Request {
-        /// Request id (string, number or null).
+        /// Request id (string, 64-bit integer or null).
         id: Value,
         /// Method name.
         method: String,
@@ -247,10 +247,16 @@ fn classify_inner(frame: &[u8]) -> Result<Incoming, (Value, RpcError)> {
     let id = obj.remove("id");
     let id_value = id.clone().unwrap_or(Value::Null);
     if let Some(id) = &id {
-        if !(id.is_string() || id.is_number() || id.is_null()) {
+        // A number is echoed as parsed: one that is not a 64-bit integer
+        // (fractional, or too large) would come back changed, so it is
+        // refused (JSON-RPC 2.0 §4: ids SHOULD NOT have fractional parts;
+        // the answer must carry the request's id).
+        if !(id.is_string() || id.is_i64() || id.is_u64() || id.is_null()) {
             return Err((
                 Value::Null,
-                RpcError::invalid_request("`id` must be a string, number or null"),
+                RpcError::invalid_request(
+                    "`id` must be a string, an integer that fits in 64 bits, or null",
+                ),
             ));
         }
     }
@@ -412,6 +418,13 @@ mod tests {
             -32600
         );
         assert_eq!(err(r#"{"jsonrpc":"2.0","id":1,"method":5}"#).1.code, -32600);
+        // Ids that could not be echoed exactly are refused, not rounded.
+        for id in ["18446744073709551616", "-9223372036854775809", "1.5", "1e3"] {
+            let (echo, e) = err(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"x"}}"#));
+            assert_eq!((echo, e.code), (Value::Null, -32600), "{id}");
+        }
+        let max = classify(br#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"x"}"#);
+        assert!(matches!(max, Ok(Incoming::Request { ref id, .. }) if id.is_u64()));
         let (_, e) = err(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#);
         assert_eq!((e.code, e.data["field"].as_str()), (-32602, Some("params")));
     }
