@@ -38,6 +38,18 @@ fn data_dir(dir: Option<PathBuf>) -> PathBuf {
     dir.unwrap_or_else(|| PathBuf::from("berth-data"))
 }
 
+/// Refuses a data dir that does not exist, before anything is looked for
+/// in it (so the error names the dir, not a key file inside it).
+fn existing(dir: &Path) -> anyhow::Result<()> {
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "no data dir at {}: pass the --data-dir a berth served",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// The keyring for `dir`: `BERTH_RECEIPT_KEYS` if set, else the key file.
 fn keyring_for(dir: &Path) -> anyhow::Result<Keyring> {
     match keys_from_env()? {
@@ -66,6 +78,7 @@ pub fn replay(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let dir = data_dir(dir);
+    existing(&dir)?;
     let keyring = keyring_for(&dir)?;
     let options = ReplayOptions {
         verify,
@@ -144,6 +157,7 @@ pub fn replay(
 /// No journal, a running server holds it, another format, no keys.
 pub fn verify(dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
     let dir = data_dir(dir);
+    existing(&dir)?;
     let keyring = keyring_for(&dir)?;
     let report = match verify_journal(&journal_path(&dir), &keyring) {
         Ok(report) => report,
@@ -229,7 +243,10 @@ pub fn list(dir: Option<PathBuf>) -> anyhow::Result<()> {
     let dir = data_dir(dir);
     let keyring = match keys_from_env()? {
         Some(keyring) => keyring,
-        None => Keyring::load(&dir)?,
+        None => {
+            existing(&dir)?;
+            Keyring::load(&dir)?
+        }
     };
     print_keys(&keyring)
 }

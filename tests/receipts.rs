@@ -470,3 +470,21 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// `verify`, `replay` and `keys list` on a data dir that does not exist
+/// name the dir, not a key file inside it, and exit 1.
+#[test]
+fn a_missing_data_dir_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nowhere");
+    for args in [&["verify"][..], &["replay", "sess_x"], &["keys", "list"]] {
+        let out = berth(args, &missing, None);
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {text}");
+        assert!(
+            text.contains(&format!("no data dir at {}", missing.display())),
+            "{args:?}: {text}"
+        );
+    }
+    assert!(!missing.exists(), "nothing was created");
+}
