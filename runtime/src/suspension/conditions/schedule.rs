@@ -98,7 +98,7 @@ impl CronSchedule {
             .map_err(|e| {
                 format!(
                     "is not a valid cron expression: {}",
-                    one_line(&e.to_string())
+                    parser_reason(&e.to_string())
                 )
             })?;
         Ok(Self { alternatives })
@@ -247,9 +247,23 @@ fn weekday(token: &str) -> Result<u32, String> {
     Ok(day)
 }
 
-/// Folds a multi-line parser message onto one line.
-fn one_line(message: &str) -> String {
-    message.split_whitespace().collect::<Vec<_>>().join(" ")
+/// The `cron` crate's parse error as a reason about the expression the
+/// client wrote, on one line. The crate's message repeats the expression it
+/// parsed (ours, rewritten to its 6- or 7-field form, with a caret line
+/// under it): only what follows the caret is kept. Its range message says
+/// "must be less than N" of the largest value allowed (`25` hours gives
+/// "less than 23", though 23 is valid): said as "at most N".
+fn parser_reason(message: &str) -> String {
+    let mut lines: Vec<&str> = message.lines().collect();
+    if let Some(caret) = lines.iter().position(|l| l.trim() == "^") {
+        lines.drain(..=caret);
+    }
+    lines
+        .join(" ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace(" must be less than ", " must be at most ")
 }
 
 #[cfg(test)]
@@ -258,6 +272,25 @@ mod tests {
 
     fn dow(field: &str) -> Result<String, String> {
         standard_day_of_week(field)
+    }
+
+    #[test]
+    fn range_errors_name_the_largest_value_allowed() {
+        for (expression, reason) in [
+            ("0 25 * * *", "Hours must be at most 23. ('25' specified.)"),
+            (
+                "61 * * * *",
+                "Minutes must be at most 59. ('61' specified.)",
+            ),
+            ("0 0 1 13 *", "Months must be at most 12. ('13' specified.)"),
+        ] {
+            let e = CronSchedule::parse(expression).unwrap_err();
+            assert_eq!(e, format!("is not a valid cron expression: {reason}"));
+        }
+        assert!(
+            CronSchedule::parse("59 23 31 12 *").is_ok(),
+            "the maxima are valid"
+        );
     }
 
     #[test]
