@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use berth_actors::replay::{replay_session, ReplayError, ReplayOptions};
+use berth_actors::replay::{replay_session, CutCause, ReplayError, ReplayOptions};
 use berth_runtime::ids::SessionId;
 use berth_storage::verify::{verify_journal, Verdict};
 use berth_storage::{KeyOrigin, Keyring};
@@ -108,11 +108,16 @@ pub fn replay(
                         run.exit
                     );
                 }
-                if let Some(cut) = &report.cut_short {
-                    println!(
+                match &report.cut_short {
+                    Some(cut) if cut.cause == CutCause::LogEnds => println!(
+                        "stopped   at the end of the log (turn {}, events from {}): berth stopped while this turn ran and has not been started on this journal since; everything journaled replayed",
+                        cut.turn_id, cut.seq
+                    ),
+                    Some(cut) => println!(
                         "stopped   at event {} (turn {}): berth restarted under this turn and sealed or parked it from a checkpoint the journal does not keep; everything before it replayed",
                         cut.seq, cut.turn_id
-                    );
+                    ),
+                    None => {}
                 }
                 println!(
                     "replayed  {session}  {} events: {} reproduced byte for byte ({} signed receipts re-signed identically), {} recorded inputs",

@@ -211,6 +211,24 @@ fn a_sigkill_mid_turn_replays_up_to_the_crash() {
     );
     server.until_note(|f| f["params"]["update"]["status"] == "in_progress");
     server.kill();
+    // Before any restart the log ends inside the killed turn: everything
+    // in it replays, and the report says the log ends there.
+    let out = berth(&["replay", &sid, "--verify", "--json"], &data);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let cut = &report["cutShort"];
+    assert_eq!(cut["cause"], "log_ends", "{report}");
+    assert_eq!(
+        cut["seq"].as_u64().unwrap(),
+        report["events"].as_u64().unwrap() + 1,
+        "past the last event: {report}"
+    );
+    let out = berth(&["replay", &sid], &data);
+    assert!(
+        text(&out).contains("stopped   at the end of the log"),
+        "{}",
+        text(&out)
+    );
     // The restart seals the killed turn (process_restarted).
     start_server(&data, &script).stop();
 
@@ -220,6 +238,7 @@ fn a_sigkill_mid_turn_replays_up_to_the_crash() {
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2, "{report}");
     let cut = &report["cutShort"];
+    assert_eq!(cut["cause"], "recovered", "{report}");
     assert!(
         cut["seq"].as_u64().unwrap() > runs[1]["lastSeq"].as_u64().unwrap(),
         "{report}"

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use berth_actors::node::{NewSession, ResumeParams, SuspendParams};
-use berth_actors::replay::{replay_session, ReplayError, ReplayOptions, ReplayReport};
+use berth_actors::replay::{replay_session, CutCause, ReplayError, ReplayOptions, ReplayReport};
 use berth_actors::{Node, NodeConfig, SessionNotice, Watcher};
 use berth_runtime::content::Prompt;
 use berth_runtime::event::{SessionEvent, ToolCallStatus, ToolKind};
@@ -1052,4 +1052,5 @@ fn a_turn_cut_short_by_a_crash_replays_up_to_the_crash() {
     assert_eq!(report.runs.len(), 1, "{}", events_of(&report));
     assert_ne!(cut.turn_id, report.runs[0].turn_id);
     assert!(cut.seq > report.runs[0].last_seq, "{}", events_of(&report));
+    assert_eq!(cut.cause, CutCause::Recovered);
 }

@@ -234,16 +234,31 @@ pub struct RunReport {
     pub exit: String,
 }
 
-/// Where a replay stopped early because the log continues with a crash
-/// recovery (a turn sealed or parked at start-up from its last checkpoint,
-/// which is not journaled).
+/// Where a replay stopped early because a crash cut a run: the log either
+/// continues with the crash recovery (a turn sealed or parked at start-up
+/// from its last checkpoint, which is not journaled), or ends inside the
+/// run (berth stopped while it ran and was not started on this journal
+/// since).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CutShort {
     /// The turn.
     pub turn_id: TurnId,
-    /// The first event not replayed.
+    /// The first event not replayed; for [`CutCause::LogEnds`] past the
+    /// last event, one more than its seq.
     pub seq: u64,
+    /// Which of the two cut it.
+    pub cause: CutCause,
+}
+
+/// Why a run was cut short ([`CutShort`]); serialized in snake case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CutCause {
+    /// berth restarted under the turn and sealed or parked it.
+    Recovered,
+    /// The log ends inside the turn.
+    LogEnds,
 }
 
 /// What `--verify` checked before the replay.
@@ -279,8 +294,9 @@ pub struct ReplayReport {
     pub inputs: u64,
     /// The runs replayed, in order.
     pub runs: Vec<RunReport>,
-    /// Set when the log continues past a crash recovery the replay does not
-    /// re-derive (everything before it was replayed).
+    /// Set when a crash cut a run: the log continues past a crash recovery
+    /// the replay does not re-derive, or ends inside the run (everything
+    /// before the cut was replayed; see [`CutShort`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cut_short: Option<CutShort>,
 }

@@ -25,7 +25,7 @@ use berth_runtime::tools::{ProcessGroups, ResumeInput, Tool, ToolSet};
 
 use super::inputs::{Inputs, ReplayClock, ReplayModel, ReplayTool};
 use super::sequencer::{is_input, ExitControl, ReplaySink, SeqState, Shared};
-use super::{CutShort, Divergence, ReplayError, RunReport, Walk};
+use super::{CutCause, CutShort, Divergence, ReplayError, RunReport, Walk};
 use crate::session::lifecycle::{prompt, resume, suspend};
 use crate::session::receipt::stamp;
 
@@ -189,6 +189,11 @@ impl Walk<'_> {
                 self.report.cut_short = Some(CutShort {
                     turn_id: turn_id.clone(),
                     seq: rows[start].seq,
+                    cause: if open {
+                        CutCause::LogEnds
+                    } else {
+                        CutCause::Recovered
+                    },
                 });
                 return Ok(rows.len());
             }
@@ -252,9 +257,15 @@ impl Walk<'_> {
         // Release the run's share of the transcript before it is extended.
         drop(spec);
         let cut = |this: &mut Self, at: usize| {
+            let past_the_end = rows.last().map_or(1, |r| r.seq + 1);
             this.report.cut_short = Some(CutShort {
                 turn_id: turn_id.clone(),
-                seq: rows.get(at).map_or(0, |r| r.seq),
+                seq: rows.get(at).map_or(past_the_end, |r| r.seq),
+                cause: if open {
+                    CutCause::LogEnds
+                } else {
+                    CutCause::Recovered
+                },
             });
             Ok(rows.len())
         };
