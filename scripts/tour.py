@@ -12,9 +12,11 @@ import argparse, json, os, signal, subprocess, sys, tempfile, threading, queue, 
 def main():
     ap = argparse.ArgumentParser()
     here = os.path.dirname(os.path.abspath(__file__))
-    default = os.path.join(here, "..", "target", "release", "berth")
+    # Cargo's own rule: CARGO_TARGET_DIR, else target/ in the checkout.
+    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(here, "..", "target")
+    default = os.path.join(target, "release", "berth")
     if not os.path.exists(default):
-        default = os.path.join(here, "..", "target", "debug", "berth")
+        default = os.path.join(target, "debug", "berth")
     ap.add_argument("--bin", default=default)
     args = ap.parse_args()
     if not os.path.exists(args.bin):
