@@ -256,6 +256,7 @@ impl Journal {
         let (mut log, records) =
             CommitLog::open(&log_path, applied).map_err(|e| writer::log_error(&log_path, e))?;
         let last = writer::replay(&db, &keyring, &records)?;
+        let last = writer::start_lineage(&db, last, options.quick_repair)?;
         if log.len() > 0 {
             // Every record is in redb now (durably): the log starts over.
             log.clear().map_err(|e| StorageError::Open {

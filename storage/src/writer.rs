@@ -118,19 +118,23 @@ pub(crate) fn spawn(
                 }
                 if !checkpoints.is_empty() {
                     // Asked for as the server stops: the file goes too.
-                    let outcome = writer.checkpoint().and_then(|()| {
-                        writer.release_log();
-                        writer.set_in_use(false)
-                    });
+                    // Marked clean before the file shrinks: killed in
+                    // between, the journal lost nothing either way.
+                    let outcome = writer
+                        .checkpoint()
+                        .and_then(|()| writer.set_in_use(false))
+                        .map(|()| writer.release_log());
                     for request in checkpoints {
                         let _ = request.ack.send(outcome.clone().map(|()| Vec::new()));
                     }
                 }
             }
             if writer.checkpoint().is_ok() {
-                writer.release_log();
-                if let Err(e) = writer.set_in_use(false) {
-                    tracing::warn!(error = %e, "could not record the journal's clean stop");
+                match writer.set_in_use(false) {
+                    Ok(()) => writer.release_log(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not record the journal's clean stop");
+                    }
                 }
             }
         })
@@ -369,6 +373,28 @@ impl Writer {
 /// [`StorageError::Database`] on I/O failure.
 pub(crate) fn applied_seq(db: &impl ReadableDatabase) -> Result<u64, StorageError> {
     meta_value(db, LOG_SEQ_KEY)
+}
+
+/// Starts the sequence numbers of this open's records past anything an
+/// earlier open could have written (see [`commit_log::LINEAGE_GAP`]):
+/// records `db` holds up to `last`, the next record is numbered the returned
+/// value + 1. Durable (an `Immediate` commit) before the first record.
+///
+/// # Errors
+/// [`StorageError::Database`] when the commit fails.
+pub(crate) fn start_lineage(
+    db: &Database,
+    last: u64,
+    quick_repair: bool,
+) -> Result<u64, StorageError> {
+    let from = last.checked_add(commit_log::LINEAGE_GAP).ok_or_else(|| {
+        StorageError::Database("the commit log's sequence numbers are used up".into())
+    })?;
+    let mut txn = db.begin_write()?;
+    txn.set_quick_repair(quick_repair);
+    txn.open_table(META)?.insert(LOG_SEQ_KEY, from)?;
+    txn.commit()?;
+    Ok(from)
 }
 
 /// Whether `db` says its commit log may hold acknowledged groups it does

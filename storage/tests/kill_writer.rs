@@ -446,6 +446,19 @@ fn a_log_deleted_after_a_crash_is_refused() {
             !dir.path().join("journal.log").exists(),
             "a refused open creates nothing"
         );
+        // A symlink to nothing in its place is as missing.
+        let gone = dir.path().join("gone.log");
+        std::os::unix::fs::symlink(&gone, dir.path().join("journal.log")).unwrap();
+        refused(
+            "open through a dangling link",
+            Journal::open(&path, JournalOptions::default()).unwrap_err(),
+        );
+        refused(
+            "verify through a dangling link",
+            berth_storage::verify::verify_journal(&path, &keys).unwrap_err(),
+        );
+        assert!(!gone.exists(), "a refused open creates nothing");
+        std::fs::remove_file(dir.path().join("journal.log")).unwrap();
         std::fs::write(dir.path().join("journal.log"), b"").unwrap();
         let journal = Journal::open(&path, JournalOptions::default()).unwrap();
         let events = journal.events(&SessionId::from("sess_idle"), 0).unwrap();
@@ -474,4 +487,68 @@ fn a_log_deleted_after_a_flush_and_a_crash_is_refused() {
             "{e:?}"
         );
     });
+}
+
+/// A log given up on after a crash (deleted, `journal.log` created empty)
+/// and put back later holds records the journal never applied: they are
+/// not replayed on top of what the journal did since, though their
+/// sequence numbers would follow its own (each open numbers its records
+/// from far past the last one's).
+#[test]
+fn a_stale_log_put_back_after_its_loss_was_accepted_is_not_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.redb");
+    let log = dir.path().join("journal.log");
+    let mut child = spawn_child("kill_child", "BERTH_KILL_CHILD_DIR", dir.path());
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Never idle: the acknowledged groups are only in the log.
+    let mut acked = 0;
+    while acked < 500 {
+        if lines
+            .next()
+            .expect("child ended early")
+            .unwrap()
+            .starts_with("ack ")
+        {
+            acked += 1;
+        }
+    }
+    sigkill(&child);
+    child.wait().unwrap();
+    let stale = std::fs::read(&log).unwrap();
+    std::fs::write(&log, b"").unwrap(); // the loss accepted
+
+    let sessions: Vec<SessionId> = (0..SESSIONS)
+        .map(|s| SessionId(format!("sess_{s}")))
+        .collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let kept = rt.block_on(async {
+        let journal = Journal::open(&path, JournalOptions::default()).unwrap();
+        let kept: Vec<u64> = sessions
+            .iter()
+            .map(|sid| journal.last_event_id(sid).unwrap())
+            .collect();
+        let fresh = SessionId::from("sess_after");
+        journal
+            .commit(Batch::new().append(&fresh, &record("after".into())))
+            .await
+            .unwrap();
+        kept
+    }); // dropped: a clean stop
+    assert!(
+        kept.iter().sum::<u64>() < acked,
+        "the test needs acknowledged groups that were only in the log"
+    );
+    std::fs::write(&log, &stale).unwrap();
+    rt.block_on(async {
+        let journal = Journal::open(&path, JournalOptions::default()).unwrap();
+        for (sid, kept) in sessions.iter().zip(&kept) {
+            assert_eq!(journal.last_event_id(sid).unwrap(), *kept, "{sid}");
+        }
+        let fresh = journal.events(&SessionId::from("sess_after"), 0).unwrap();
+        assert_eq!(fresh.len(), 1);
+    });
+    let keys = berth_storage::Keyring::load(dir.path()).unwrap();
+    let report = berth_storage::verify::verify_journal(&path, &keys).unwrap();
+    assert!(report.is_ok(), "{report:#?}");
 }

@@ -28,6 +28,12 @@
 //! first: applying a batch depends only on the journal's state before it, so
 //! the replay leaves exactly what the acknowledged groups left.
 //!
+//! Each open of the journal numbers its records from [`LINEAGE_GAP`] past
+//! the last one redb holds, so a log of an earlier open can never pass for
+//! this one's. And redb records whether the log may hold acknowledged
+//! groups it does not ([`LOG_IN_USE_KEY`]): a log missing after a crash is
+//! refused ([`check_present`]), not read as empty.
+//!
 //! A record is `[payload length: u32 LE][CRC-32 of seq and payload: u32 LE]
 //! [seq: u64 LE][payload]`. A torn last record (the process died while
 //! writing it, so it was never acknowledged) fails its length or checksum
@@ -68,6 +74,15 @@ pub(crate) const LOG_SEQ_KEY: &str = "commit_log_seq";
 /// acknowledged groups, from one deleted after a clean stop, which loses
 /// nothing (see [`check_present`]).
 pub(crate) const LOG_IN_USE_KEY: &str = "commit_log_in_use";
+
+/// How far each open of the journal moves the sequence numbering on
+/// (`writer::start_lineage`): the records one open writes can never be read
+/// as another's. Without it, a log from before a crash that was given up on
+/// (deleted, `journal.log` created empty, and later put back) would hold
+/// the very numbers the journal went on to use, and pass for the next
+/// records. A log holds far fewer records than this (64 MiB of records of
+/// at least 16 bytes).
+pub(crate) const LINEAGE_GAP: u64 = 1 << 32;
 
 /// Past this many bytes of log, the next group commits durably to redb and
 /// the log is emptied (64 MiB: about 10,000 woken sessions of the
@@ -234,7 +249,8 @@ pub(crate) fn check_present(path: &Path, in_use: bool) -> std::io::Result<()> {
     if !in_use {
         return Ok(());
     }
-    match std::fs::symlink_metadata(path) {
+    // Follows a symlink: a link to nothing is a missing log.
+    match std::fs::metadata(path) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
