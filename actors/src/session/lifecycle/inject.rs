@@ -13,7 +13,8 @@ use crate::error::ControlError;
 const METHOD: &str = "session/inject";
 
 /// Accepts a message for the running turn. In the seed's order: no running
-/// turn → -32004 `NoActivePrompt` (before the mode is even read); unknown mode
+/// turn (none, or one already stopped and winding down) → -32004
+/// `NoActivePrompt` (before the mode is even read); unknown mode
 /// → `invalid_mode`; empty or malformed content → `invalid_content`. Accepted
 /// means queued, not delivered: the turn drains it at the next seam its mode
 /// allows. Every outcome, rejected ones too, leaves a durable `control_outcome`.
@@ -30,7 +31,15 @@ pub(crate) async fn inject(
     let target = json!({"sessionId": session_id});
     let reject =
         |state: &SessionState, reason: &str| rejected(state, METHOD, actor, target.clone(), reason);
-    let Some(control) = state.turn.as_ref().map(|t| t.control.clone()) else {
+    // A turn a stop has ended (a cancel answered `cancelled`, a budget
+    // stop) is only winding down to its seal: nothing would deliver the
+    // message, so it has no active prompt either.
+    let Some(control) = state
+        .turn
+        .as_ref()
+        .map(|t| t.control.clone())
+        .filter(|c| !c.is_stopped())
+    else {
         state
             .record(vec![reject(state, "no_active_prompt")])
             .await?;
