@@ -541,6 +541,40 @@ fn receipts(notes: &[Value]) -> Vec<Value> {
         .collect()
 }
 
+/// A steer that reaches a turn after its cancel was answered finds no
+/// active prompt: the turn is only winding down to its seal, and nothing
+/// would deliver the message (it was accepted, and could be lost).
+#[tokio::test]
+async fn a_steer_after_the_cancel_finds_no_active_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let prompt = c.prompt(&sid, "sleep").await; // a 30 s tool call
+    while c.read().await["params"]["update"]["status"] != "in_progress" {}
+    // Written back to back, so the steer reaches the session while the
+    // cancelled turn is still stopping (its tool's process being killed).
+    let cancel = c.request("session/cancel", json!({"sessionId": sid})).await;
+    let steer = c
+        .request(
+            "session/inject",
+            json!({"sessionId": sid, "mode": "steer", "content": "too late"}),
+        )
+        .await;
+    let (r, _) = c.response(cancel).await;
+    assert_eq!(r["result"]["status"], "cancelled", "{r}");
+    let (r, _) = c.response(steer).await;
+    assert_eq!(
+        error_of(&r),
+        (
+            -32004,
+            json!({"sessionId": sid, "reason": "no_active_prompt"})
+        )
+    );
+    let (done, _) = c.response(prompt).await;
+    assert_eq!(done["result"]["stopReason"], "cancelled");
+}
+
 #[tokio::test]
 async fn inject_revoke_replace_and_their_receipts() {
     let dir = tempfile::tempdir().unwrap();
