@@ -168,14 +168,20 @@ pub fn verify(dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
         Ok(report) => report,
         // Damage below the chain is tampering too, only not attributable
         // to one event: reported as such, with the tampered exit code.
-        Err(e @ berth_storage::StorageError::Corrupt { .. }) => {
+        Err(e @ berth_storage::StorageError::Corrupt { table, .. }) => {
+            // The journal is two files: name the one that is damaged.
+            let file = if table == "commit_log" {
+                dir.join("journal.log")
+            } else {
+                journal_path(&dir)
+            };
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({"journal": journal_path(&dir).display().to_string(), "damaged": e.to_string()})
+                    serde_json::json!({"journal": journal_path(&dir).display().to_string(), "file": file.display().to_string(), "damaged": e.to_string()})
                 );
             } else {
-                println!("damaged   {}: {e}", journal_path(&dir).display());
+                println!("damaged   {}: {e}", file.display());
             }
             return Ok(ExitCode::from(EXIT_TAMPERED));
         }

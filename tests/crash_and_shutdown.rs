@@ -725,3 +725,53 @@ fn a_call_a_woken_turn_started_before_a_sigkill_is_not_run_again() {
         .count();
     assert_eq!(resumed, 1);
 }
+
+/// The commit log is part of the journal after a crash: with it deleted,
+/// `berth serve` refuses to start and `berth verify` reports the log
+/// damaged (exit 2), both saying how to go on; `journal.log` created empty
+/// accepts the loss. (`storage/tests/kill_writer.rs` checks what survives.)
+#[test]
+fn a_commit_log_deleted_after_sigkill_is_refused_until_put_back() {
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
+    let mut server = Server::initialized(&data, &script);
+    server.new_session(2, &cwd); // acknowledged: in the log
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    drop(server);
+    let log = data.join("journal.log");
+    std::fs::remove_file(&log).unwrap();
+
+    let berth = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(&data)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run berth")
+    };
+    let serve = berth(&["serve"]);
+    let text = String::from_utf8_lossy(&serve.stderr);
+    assert_eq!(serve.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("the commit log is missing") && text.contains("create it empty"),
+        "{text}"
+    );
+    let verify = berth(&["verify"]);
+    let text = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(verify.status.code(), Some(2), "{text}");
+    assert!(
+        text.starts_with(&format!("damaged   {}:", log.display())),
+        "{text}"
+    );
+    assert!(!log.exists(), "a refused start creates no log");
+
+    std::fs::write(&log, b"").unwrap();
+    let verify = berth(&["verify"]);
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+}
