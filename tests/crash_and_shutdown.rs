@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+mod common;
+
 const SCRIPT: &str = r#"
 [[rules]]
 match = "slow"
@@ -741,15 +743,7 @@ fn a_commit_log_deleted_after_sigkill_is_refused_until_put_back() {
     let log = data.join("journal.log");
     std::fs::remove_file(&log).unwrap();
 
-    let berth = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_berth"))
-            .args(args)
-            .arg("--data-dir")
-            .arg(&data)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run berth")
-    };
+    let berth = |args: &[&str]| common::cli(args, &data);
     let serve = berth(&["serve"]);
     let text = String::from_utf8_lossy(&serve.stderr);
     assert_eq!(serve.status.code(), Some(1), "{text}");

@@ -7,12 +7,12 @@
 //! with the keys given in `BERTH_RECEIPT_KEYS` instead of the key file.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use redb::{ReadableTable, TableDefinition};
 
 mod common;
-use common::{serve_command, workspace, StdioServer as Server};
+use common::{cli_command, serve_command, workspace, StdioServer as Server, ENV_KEYS};
 use serde_json::{json, Value};
 
 const SCRIPT: &str = r#"
@@ -39,8 +39,6 @@ steps = [
 ]
 "#;
 
-const ENV_KEYS: &str = "BERTH_RECEIPT_KEYS";
-
 /// `berth serve` with the receipt keys from `keys` (`BERTH_RECEIPT_KEYS`),
 /// or from the data dir's key file when `None`.
 fn start_server(data: &Path, script: &Path, keys: Option<&str>) -> Server {
@@ -61,12 +59,7 @@ fn agent_event<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
 }
 
 fn berth(args: &[&str], data: &Path, keys: Option<&str>) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
-    command
-        .args(args)
-        .arg("--data-dir")
-        .arg(data)
-        .env_remove(ENV_KEYS);
+    let mut command = cli_command(args, data);
     if let Some(keys) = keys {
         command.env(ENV_KEYS, keys);
     }

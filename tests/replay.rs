@@ -5,12 +5,12 @@
 //! receipt whose input hash check failed, `--verify` exits 2.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use redb::{ReadableTable, TableDefinition};
 
 mod common;
-use common::{serve_command, workspace, StdioServer as Server};
+use common::{cli, serve_command, workspace, StdioServer as Server, ENV_KEYS};
 use serde_json::{json, Value};
 
 const SCRIPT: &str = r#"
@@ -33,23 +33,11 @@ steps = [
 ]
 "#;
 
-const ENV_KEYS: &str = "BERTH_RECEIPT_KEYS";
-
 /// `berth serve` with the data dir's own key file.
 fn start_server(data: &Path, script: &Path) -> Server {
     let mut command = serve_command(data, script);
     command.env_remove(ENV_KEYS);
     Server::start(command)
-}
-
-fn berth(args: &[&str], data: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(args)
-        .arg("--data-dir")
-        .arg(data)
-        .env_remove(ENV_KEYS)
-        .output()
-        .expect("run berth")
 }
 
 fn text(out: &Output) -> String {
@@ -93,7 +81,7 @@ fn berth_replay_reproduces_a_session_and_names_an_edited_resume_input() {
     server.until_note(|f| f["params"]["type"] == "turn_ended");
     server.stop();
 
-    let out = berth(&["replay", &sid, "--verify", "--json"], &data);
+    let out = cli(&["replay", &sid, "--verify", "--json"], &data);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     let runs = report["runs"].as_array().unwrap();
@@ -109,7 +97,7 @@ fn berth_replay_reproduces_a_session_and_names_an_edited_resume_input() {
         report["verified"]["events"].as_u64().unwrap() > 10,
         "{report}"
     );
-    let out = berth(&["replay", &sid], &data);
+    let out = cli(&["replay", &sid], &data);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         text(&out).contains("reproduced byte for byte"),
@@ -146,7 +134,7 @@ fn berth_replay_reproduces_a_session_and_names_an_edited_resume_input() {
     drop(db);
     assert!(edited > 0);
 
-    let out = berth(&["replay", &sid, "--json"], &data);
+    let out = cli(&["replay", &sid, "--json"], &data);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let failed: Value = serde_json::from_slice(&out.stdout).expect("JSON error");
     let divergence = &failed["error"]["divergence"];
@@ -160,7 +148,7 @@ fn berth_replay_reproduces_a_session_and_names_an_edited_resume_input() {
             .contains("input hash check failed"),
         "{failed}"
     );
-    let out = berth(&["replay", &sid], &data);
+    let out = cli(&["replay", &sid], &data);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(
         text(&out).contains("non-determinism at event"),
@@ -168,7 +156,7 @@ fn berth_replay_reproduces_a_session_and_names_an_edited_resume_input() {
         text(&out)
     );
     // `--verify` refuses the tampered log instead.
-    let out = berth(&["replay", &sid, "--verify"], &data);
+    let out = cli(&["replay", &sid, "--verify"], &data);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
         text(&out).contains(&format!("tampered at event {edited}")),
@@ -176,7 +164,7 @@ fn berth_replay_reproduces_a_session_and_names_an_edited_resume_input() {
         text(&out)
     );
     // An unknown session.
-    let out = berth(&["replay", "sess_nope"], &data);
+    let out = cli(&["replay", "sess_nope"], &data);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("not in the journal"), "{}", text(&out));
 }
@@ -213,7 +201,7 @@ fn a_sigkill_mid_turn_replays_up_to_the_crash() {
     server.kill();
     // Before any restart the log ends inside the killed turn: everything
     // in it replays, and the report says the log ends there.
-    let out = berth(&["replay", &sid, "--verify", "--json"], &data);
+    let out = cli(&["replay", &sid, "--verify", "--json"], &data);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     let cut = &report["cutShort"];
@@ -223,7 +211,7 @@ fn a_sigkill_mid_turn_replays_up_to_the_crash() {
         report["events"].as_u64().unwrap() + 1,
         "past the last event: {report}"
     );
-    let out = berth(&["replay", &sid], &data);
+    let out = cli(&["replay", &sid], &data);
     assert!(
         text(&out).contains("stopped   at the end of the log"),
         "{}",
@@ -232,7 +220,7 @@ fn a_sigkill_mid_turn_replays_up_to_the_crash() {
     // The restart seals the killed turn (process_restarted).
     start_server(&data, &script).stop();
 
-    let out = berth(&["replay", &sid, "--verify", "--json"], &data);
+    let out = cli(&["replay", &sid, "--verify", "--json"], &data);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     let runs = report["runs"].as_array().unwrap();
@@ -243,6 +231,6 @@ fn a_sigkill_mid_turn_replays_up_to_the_crash() {
         cut["seq"].as_u64().unwrap() > runs[1]["lastSeq"].as_u64().unwrap(),
         "{report}"
     );
-    let out = berth(&["replay", &sid], &data);
+    let out = cli(&["replay", &sid], &data);
     assert!(text(&out).contains("stopped   at event"), "{}", text(&out));
 }

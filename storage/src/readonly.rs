@@ -64,11 +64,7 @@ impl Opened {
         let log_path = commit_log::path_beside(path);
         match ReadOnlyDatabase::open(path) {
             Ok(db) => {
-                commit_log::check_present(&log_path, writer::log_in_use(&db)?)
-                    .map_err(|e| writer::log_error(&log_path, e))?;
-                let applied = writer::applied_seq(&db)?;
-                let log = commit_log::read(&log_path, applied)
-                    .map_err(|e| writer::log_error(&log_path, e))?;
+                let (applied, log) = log_beside(&db, &log_path)?;
                 if log.last().is_none_or(|r| r.seq <= applied) {
                     return Ok(Self::ReadOnly(db));
                 }
@@ -86,10 +82,7 @@ impl Opened {
         // Repair a copy, and replay the log into it, not into the original.
         let copy = TempCopy::of(path).map_err(|e| open_err(e.to_string()))?;
         let db = Database::create(&copy.0).map_err(|e| open_err(e.to_string()))?;
-        commit_log::check_present(&log_path, writer::log_in_use(&db)?)
-            .map_err(|e| writer::log_error(&log_path, e))?;
-        let log = commit_log::read(&log_path, writer::applied_seq(&db)?)
-            .map_err(|e| writer::log_error(&log_path, e))?;
+        let (_, log) = log_beside(&db, &log_path)?;
         if !log.is_empty() {
             let throwaway;
             let keyring = match keyring {
@@ -141,6 +134,24 @@ impl Opened {
         }
         Ok(format.unwrap_or_default())
     }
+}
+
+/// The last log seq `db` holds and the records of its log at `log_path`,
+/// read without changing anything.
+///
+/// # Errors
+/// [`StorageError::Corrupt`] (table `commit_log`) for a log damaged in the
+/// middle or missing while `db` says it was in use; [`StorageError::Open`]
+/// when it cannot be read; [`StorageError::Database`] on I/O failure.
+fn log_beside(
+    db: &impl ReadableDatabase,
+    log_path: &Path,
+) -> Result<(u64, Vec<commit_log::Record>), StorageError> {
+    commit_log::check_present(log_path, writer::log_in_use(db)?)
+        .map_err(|e| writer::log_error(log_path, e))?;
+    let applied = writer::applied_seq(db)?;
+    let log = commit_log::read(log_path, applied).map_err(|e| writer::log_error(log_path, e))?;
+    Ok((applied, log))
 }
 
 /// A temporary copy of the journal, removed on drop.

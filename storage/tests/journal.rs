@@ -250,6 +250,18 @@ async fn a_batch_that_opens_a_turn_carries_that_turns_fenced_write() {
         .is_err());
 }
 
+/// Commits session `sid` with one event (`chunk("a")`).
+async fn first_write(journal: &Journal, sid: &SessionId) {
+    journal
+        .commit(
+            Batch::new()
+                .put_session(&session(sid.as_str()))
+                .append(sid, &chunk("a")),
+        )
+        .await
+        .unwrap();
+}
+
 /// `flush_log` answers once the redb file holds every acknowledged write
 /// and the commit log is empty (its file truncated).
 #[tokio::test]
@@ -258,14 +270,7 @@ async fn flush_log_leaves_nothing_to_replay() {
     let journal =
         Journal::open(&dir.path().join("journal.redb"), JournalOptions::default()).unwrap();
     let sid = SessionId::from("s");
-    journal
-        .commit(
-            Batch::new()
-                .put_session(&session("s"))
-                .append(&sid, &chunk("a")),
-        )
-        .await
-        .unwrap();
+    first_write(&journal, &sid).await;
     let log = dir.path().join("journal.log");
     let first_header = || std::fs::read(&log).unwrap()[..16].to_vec();
     assert_ne!(first_header(), [0; 16], "the commit is in the log");
@@ -288,14 +293,7 @@ async fn a_log_missing_after_a_clean_stop_is_made_again() {
     let log = dir.path().join("journal.log");
     let sid = SessionId::from("s");
     let journal = Journal::open(&path, JournalOptions::default()).unwrap();
-    journal
-        .commit(
-            Batch::new()
-                .put_session(&session("s"))
-                .append(&sid, &chunk("a")),
-        )
-        .await
-        .unwrap();
+    first_write(&journal, &sid).await;
     journal.flush_log().await.unwrap();
     journal
         .commit(Batch::new().append(&sid, &chunk("b")))

@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -38,6 +38,27 @@ pub fn serve_command(data: &Path, script: &Path) -> Command {
         .arg("--model")
         .arg(format!("scripted:{}", script.display()));
     command
+}
+
+/// The variable a berth takes its receipt keys from instead of the key file.
+pub const ENV_KEYS: &str = "BERTH_RECEIPT_KEYS";
+
+/// `berth ARGS --data-dir DATA`, stdin closed, without the caller's
+/// [`ENV_KEYS`] (a test adds its own to the command).
+pub fn cli_command(args: &[&str], data: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+    command
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .stdin(Stdio::null())
+        .env_remove(ENV_KEYS);
+    command
+}
+
+/// Runs [`cli_command`] to its end.
+pub fn cli(args: &[&str], data: &Path) -> Output {
+    cli_command(args, data).output().expect("run berth")
 }
 
 /// A running `berth serve` on stdio: frames are read on a thread; responses

@@ -111,6 +111,12 @@ impl Walk<'_> {
         let open = exit_index.is_none();
         let exit_index = exit_index.unwrap_or(rows.len());
         let recovered = open || recovered_exit(&rows, exit_index);
+        // Why a crash cut this run, should it turn out to be cut.
+        let cause = if open {
+            CutCause::LogEnds
+        } else {
+            CutCause::Recovered
+        };
         // The run's tape, its injections, its pending suspend request, the
         // calls cancelled one by one.
         let mut tape = Tape::default();
@@ -189,11 +195,7 @@ impl Walk<'_> {
                 self.report.cut_short = Some(CutShort {
                     turn_id: turn_id.clone(),
                     seq: rows[start].seq,
-                    cause: if open {
-                        CutCause::LogEnds
-                    } else {
-                        CutCause::Recovered
-                    },
+                    cause,
                 });
                 return Ok(rows.len());
             }
@@ -261,11 +263,7 @@ impl Walk<'_> {
             this.report.cut_short = Some(CutShort {
                 turn_id: turn_id.clone(),
                 seq: rows.get(at).map_or(past_the_end, |r| r.seq),
-                cause: if open {
-                    CutCause::LogEnds
-                } else {
-                    CutCause::Recovered
-                },
+                cause,
             });
             Ok(rows.len())
         };
