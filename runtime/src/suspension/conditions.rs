@@ -1060,7 +1060,6 @@ mod tests {
             "0 9 * * MON-FRI",
             "0 9 13 * 5",
             "30 0 9 * * Mon-Fri",
-            "0 0 9 1 * * 2030",
             "@daily",
             "@weekly",
         ] {
@@ -1251,12 +1250,16 @@ mod tests {
     }
 
     #[test]
-    fn a_wall_clock_time_skipped_by_dst_does_not_fire_that_day() {
-        // 02:30 does not exist in Berlin on 2026-03-29.
+    fn a_wall_clock_time_skipped_by_dst_fires_at_the_end_of_the_gap() {
+        // 02:30 does not exist in Berlin on 2026-03-29: fires at 03:00 CEST.
         let spec = cron("30 2 * * *", Some("Europe/Berlin"));
         assert_eq!(
-            fires(&spec, "2026-03-28T00:00:00Z", 2),
-            vec![utc("2026-03-28T01:30:00Z"), utc("2026-03-30T00:30:00Z")]
+            fires(&spec, "2026-03-28T00:00:00Z", 3),
+            vec![
+                utc("2026-03-28T01:30:00Z"),
+                utc("2026-03-29T01:00:00Z"),
+                utc("2026-03-30T00:30:00Z")
+            ]
         );
     }
 
@@ -1367,15 +1370,25 @@ mod tests {
     }
 
     #[test]
-    fn six_field_expressions_are_the_cron_crate_dialect() {
-        // Seconds first; day of week 1 is Sunday there.
+    fn six_field_expressions_put_seconds_before_the_standard_five() {
+        // Seconds first; day of week 1 is Monday, as in 5 fields.
         let spec = cron("30 0 9 * * 1", None);
         let all = fires(&spec, "2026-01-01T00:00:00Z", 2);
         assert_eq!(
             all,
-            vec![utc("2026-01-04T09:00:30Z"), utc("2026-01-11T09:00:30Z")]
+            vec![utc("2026-01-05T09:00:30Z"), utc("2026-01-12T09:00:30Z")]
         );
-        assert!(all.iter().all(|t| t.weekday() == Weekday::Sun));
+        assert!(all.iter().all(|t| t.weekday() == Weekday::Mon));
+    }
+
+    #[test]
+    fn seven_fields_and_reboot_are_refused_on_the_cron_field() {
+        let e = err(json!({"trigger": {"cron": "0 0 0 1 1 * 2030"}}));
+        assert_eq!(e.field, "resumeWhen.trigger.cron");
+        assert!(e.reason.contains("standard 5-field"), "{e}");
+        let e = err(json!({"trigger": {"cron": "@reboot"}}));
+        assert_eq!(e.field, "resumeWhen.trigger.cron");
+        assert!(e.reason.contains("no boot event"), "{e}");
     }
 
     #[test]
@@ -1387,12 +1400,12 @@ mod tests {
             cron("0 9 * * *", None).next_fire_after(DateTime::<Utc>::MIN_UTC),
             Some(utc("1970-01-01T09:00:00Z"))
         );
-        let year = cron("0 0 0 1 1 * 2030", None);
+        let yearly = cron("0 0 1 1 *", None);
         assert_eq!(
-            year.next_fire_after(utc("2026-01-01T00:00:00Z")),
-            Some(utc("2030-01-01T00:00:00Z"))
+            yearly.next_fire_after(utc("2100-01-01T00:00:00Z")),
+            None,
+            "2100 is the last year scheduled"
         );
-        assert_eq!(year.next_fire_after(utc("2030-01-01T00:00:00Z")), None);
     }
 
     #[test]

@@ -30,7 +30,8 @@ pub struct Schedule {
     pub schedule_id: String,
     /// The session it prompts.
     pub session_id: SessionId,
-    /// Cron expression (standard 5 fields, or 6/7 with seconds).
+    /// Cron expression: standard 5 fields, optionally a seconds field
+    /// first, or an `@` shorthand (the dialect of `trigger.cron`).
     pub cron: String,
     /// IANA timezone (default UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -101,5 +102,50 @@ impl Schedule {
             timezone: self.timezone.clone(),
         }
         .next_fire_after(after)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        match DateTime::parse_from_rfc3339(s) {
+            Ok(t) => t.with_timezone(&Utc),
+            Err(e) => panic!("bad test instant {s}: {e}"),
+        }
+    }
+
+    #[test]
+    fn standing_schedules_share_the_trigger_cron_dialect() {
+        let e = Schedule::validate("0 0 9 * * * 2030", None).unwrap_err();
+        assert_eq!(e.field, "cron");
+        assert!(e.reason.contains("standard 5-field"), "{}", e.reason);
+        let e = Schedule::validate("@reboot", None).unwrap_err();
+        assert_eq!(e.field, "cron");
+        assert!(e.reason.contains("no boot event"), "{}", e.reason);
+        assert!(Schedule::validate("*/10 * * * * *", Some("Europe/Berlin")).is_ok());
+
+        let schedule = Schedule {
+            schedule_id: "sched_1".into(),
+            session_id: SessionId::from("sess_1"),
+            cron: "30 2 * * *".into(),
+            timezone: Some("Europe/Berlin".into()),
+            prompt: "hi".into(),
+            overlap: OverlapPolicy::Skip,
+            catchup_window_ms: 0,
+            paused: false,
+            next_fire_at: None,
+            last_fired_at: None,
+            fired: 0,
+            skipped: 0,
+            buffered: 0,
+            created_at: utc("2026-01-01T00:00:00Z"),
+        };
+        // 02:30 is skipped in Berlin on 2026-03-29: the run is at 03:00 CEST.
+        assert_eq!(
+            schedule.next_after(utc("2026-03-28T12:00:00Z")),
+            Some(utc("2026-03-29T01:00:00Z"))
+        );
     }
 }

@@ -1,13 +1,19 @@
 //! The cron dialect of `trigger.cron` and its next fire time in a timezone.
 //!
-//! The [`cron`] crate wants a seconds field first (6 or 7 fields), numbers
-//! days of week 1–7 from Sunday, and requires a day to match *both* the
-//! day-of-month and the day-of-week field. Standard (Vixie/POSIX) crontab
-//! has 5 fields, numbers days of week 0–7 (0 and 7 are Sunday) and fires on
-//! a day matching *either* field when both are restricted. So a 5-field
+//! The dialect is standard (Vixie/POSIX) crontab: 5 fields (minute hour
+//! day-of-month month day-of-week), days of week 0–7 (0 and 7 are Sunday)
+//! or names, and a day matching *either* day field when both are
+//! restricted. A sixth field in front is seconds (`*/10 * * * * *` is every
+//! ten seconds); the other five keep their standard meaning. The
+//! `@hourly`/`@daily`/`@weekly`/`@monthly`/`@yearly` shorthands (plus
+//! `@midnight`, `@annually`) are accepted; a seven-field (year) form and
+//! `@reboot` are refused.
+//!
+//! The [`cron`] crate wants a seconds field first, numbers days of week 1–7
+//! from Sunday and requires a day to match *both* day fields. So an
 //! expression is translated before the crate sees it:
 //!
-//! - `0 ` (second zero) is prepended;
+//! - `0 ` (second zero) is prepended to a 5-field expression;
 //! - the day-of-week field is rewritten into the crate's numbering (names,
 //!   lists, ranges and steps as in crontab: `1-5` is Monday–Friday, `*/2`
 //!   is Sunday, Tuesday, Thursday, Saturday);
@@ -15,13 +21,15 @@
 //!   the Vixie rule) the schedule is the union of "day-of-month matches"
 //!   and "day-of-week matches".
 //!
-//! 6- and 7-field expressions and the `@hourly`/`@daily`/`@weekly`/
-//! `@monthly`/`@yearly` shorthands (plus `@midnight`, `@annually`) are the
-//! crate's own dialect and pass through unchanged.
+//! Fire times are computed on the wall clock of the timezone, as cronie
+//! does: a time that a spring-forward change skips fires at the first
+//! instant after the gap (02:30 in Berlin on the change day fires at 03:00
+//! CEST); a time that a fall-back change repeats fires once, at its first
+//! occurrence.
 
 use std::str::FromStr;
 
-use chrono::{DateTime, Datelike, LocalResult, TimeDelta, TimeZone, Utc};
+use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 
 /// Longest cron expression accepted, in characters.
@@ -44,8 +52,8 @@ pub(super) struct CronSchedule {
 }
 
 impl CronSchedule {
-    /// Parses a 5-field standard expression, a 6/7-field seconds-first one
-    /// or an `@` shorthand.
+    /// Parses a 5-field standard expression, a 6-field one with seconds
+    /// first, or an `@` shorthand.
     ///
     /// # Errors
     /// A sentence saying what is wrong with the expression.
@@ -61,35 +69,41 @@ impl CronSchedule {
             ));
         }
         let fields: Vec<&str> = expression.split_whitespace().collect();
-        let sources = match fields.as_slice() {
+        let (second, standard) = match fields.as_slice() {
             [shorthand] if shorthand.starts_with('@') => {
-                vec![match *shorthand {
-                    "@midnight" => "@daily".to_owned(),
-                    "@annually" => "@yearly".to_owned(),
-                    other => other.to_owned(),
-                }]
+                return shorthand_schedule(shorthand).map(|schedule| Self {
+                    alternatives: vec![schedule],
+                });
             }
             [minute, hour, day_of_month, month, day_of_week] => {
-                let dow = standard_day_of_week(day_of_week)?;
-                let unrestricted = |field: &str| field.starts_with('*') || field.starts_with('?');
-                if unrestricted(day_of_month) || unrestricted(day_of_week) {
-                    vec![format!("0 {minute} {hour} {day_of_month} {month} {dow}")]
-                } else {
-                    vec![
-                        format!("0 {minute} {hour} {day_of_month} {month} *"),
-                        format!("0 {minute} {hour} * {month} {dow}"),
-                    ]
-                }
+                ("0", [*minute, *hour, *day_of_month, *month, *day_of_week])
             }
-            [_, _, _, _, _, _] | [_, _, _, _, _, _, _] => vec![fields.join(" ")],
+            [second, minute, hour, day_of_month, month, day_of_week] => (
+                *second,
+                [*minute, *hour, *day_of_month, *month, *day_of_week],
+            ),
             _ => {
                 return Err(format!(
-                    "has {} fields; expected 5 (minute hour day-of-month month \
-                     day-of-week, e.g. \"0 9 * * 1-5\"), 6 or 7 with seconds first, \
-                     or an @ shorthand such as \"@daily\"",
+                    "has {} fields; expected a standard 5-field expression (minute \
+                     hour day-of-month month day-of-week, e.g. \"0 9 * * 1-5\"), \
+                     optionally with a seconds field first, or an @ shorthand such \
+                     as \"@daily\"",
                     fields.len()
                 ))
             }
+        };
+        let [minute, hour, day_of_month, month, day_of_week] = standard;
+        let dow = standard_day_of_week(day_of_week)?;
+        let unrestricted = |field: &str| field.starts_with('*') || field.starts_with('?');
+        let sources = if unrestricted(day_of_month) || unrestricted(day_of_week) {
+            vec![format!(
+                "{second} {minute} {hour} {day_of_month} {month} {dow}"
+            )]
+        } else {
+            vec![
+                format!("{second} {minute} {hour} {day_of_month} {month} *"),
+                format!("{second} {minute} {hour} * {month} {dow}"),
+            ]
         };
         let alternatives = sources
             .iter()
@@ -107,10 +121,10 @@ impl CronSchedule {
     /// The first fire time strictly after `after`, computed on the wall clock
     /// of `tz` and returned in UTC.
     ///
-    /// A wall-clock time that a DST change skips does not fire that day; one
-    /// it repeats fires once, at its first occurrence. `None` when the
-    /// schedule has no fire after `after` (the `cron` crate schedules from
-    /// 1970 to 2100).
+    /// A wall-clock time that a DST change skips fires at the first instant
+    /// after the gap; one it repeats fires once, at its first occurrence.
+    /// `None` when the schedule has no fire after `after` (the `cron` crate
+    /// schedules from 1970 to 2100).
     pub(super) fn next_after(&self, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         // Also keeps the crate's `after + 1s` from overflowing near the end
         // of chrono's range.
@@ -120,28 +134,96 @@ impl CronSchedule {
         // The crate reads a year before 1970 as a huge unsigned one; a day
         // before its first year is early enough.
         let start = after.max(DateTime::UNIX_EPOCH - TimeDelta::days(1));
-        let local = start.with_timezone(&tz);
+        // The schedule runs on the naive wall clock (carried as UTC, which
+        // has no DST), each candidate then placed on `tz`'s timeline. That
+        // placement never goes backwards, so the first candidate after
+        // `after` is the earliest.
+        let wall_clock = start.with_timezone(&tz).naive_local().and_utc();
         self.alternatives
             .iter()
             .filter_map(|schedule| {
                 schedule
-                    .after(&local)
+                    .after(&wall_clock)
                     .take(MAX_CANDIDATES)
-                    .filter(first_occurrence)
-                    .map(|fire| fire.with_timezone(&Utc))
+                    .filter_map(|fire| place_on(tz, fire.naive_utc()))
                     .find(|fire| *fire > after)
             })
             .min()
     }
 }
 
-/// Whether `fire` is not the second occurrence of a wall-clock time that a
-/// DST change repeats.
-fn first_occurrence(fire: &DateTime<Tz>) -> bool {
-    match fire.timezone().from_local_datetime(&fire.naive_local()) {
-        LocalResult::Ambiguous(earlier, _) => earlier == *fire,
-        _ => true,
+/// The instant a wall-clock time `local` of `tz` fires at: itself; the
+/// first of the two when a fall-back change repeats it; the first instant
+/// after the gap when a spring-forward change skips it. `None` only at the
+/// edges of chrono's range.
+fn place_on(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
+    match tz.from_local_datetime(&local) {
+        LocalResult::Single(fire) => Some(fire.with_timezone(&Utc)),
+        LocalResult::Ambiguous(earlier, _) => Some(earlier.with_timezone(&Utc)),
+        LocalResult::None => end_of_gap(tz, local),
     }
+}
+
+/// The first instant whose wall-clock time in `tz` is past `local`, a time
+/// inside a gap: the instant the clock jumps. Searched to the second over
+/// the day and a bit around `local` (UTC offsets lie within ±14 hours, and
+/// tz data has no fold that close to a gap).
+fn end_of_gap(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
+    let past = |instant: i64| {
+        DateTime::from_timestamp(instant, 0)
+            .is_some_and(|t| t.with_timezone(&tz).naive_local() > local)
+    };
+    let around = local.and_utc().timestamp();
+    // `past(low)` is false and `past(high)` true throughout the search.
+    let (mut low, mut high) = (around - 15 * 3600, around + 15 * 3600);
+    if past(low) || !past(high) {
+        return None;
+    }
+    while high - low > 1 {
+        let mid = low + (high - low) / 2;
+        if past(mid) {
+            high = mid;
+        } else {
+            low = mid;
+        }
+    }
+    DateTime::from_timestamp(high, 0)
+}
+
+/// The schedule of an `@` shorthand.
+///
+/// # Errors
+/// `@reboot` (berth has no boot event) and unknown names, each with what
+/// to use instead.
+fn shorthand_schedule(shorthand: &str) -> Result<cron::Schedule, String> {
+    let source = match shorthand {
+        "@hourly" | "@daily" | "@weekly" | "@monthly" | "@yearly" => shorthand,
+        "@midnight" => "@daily",
+        "@annually" => "@yearly",
+        "@reboot" => {
+            return Err(
+                "\"@reboot\" is not supported: berth has no boot event to fire \
+                        it on. To act when berth starts, have whatever starts it emit an \
+                        event (`_berth/event.emit`) and wait for that with onEvent; for \
+                        a time, use a 5-field expression, an @ shorthand such as \
+                        \"@daily\", or {\"at\": RFC 3339}"
+                    .into(),
+            )
+        }
+        other => {
+            return Err(format!(
+                "{other:?} is not a cron shorthand; use one of @hourly, @daily \
+                 (@midnight), @weekly, @monthly, @yearly (@annually), or a 5-field \
+                 expression such as \"0 9 * * 1-5\""
+            ))
+        }
+    };
+    cron::Schedule::from_str(source).map_err(|e| {
+        format!(
+            "is not a valid cron expression: {}",
+            parser_reason(&e.to_string())
+        )
+    })
 }
 
 /// Resolves a `timezone` (absent = UTC) to a chrono-tz zone.
@@ -340,7 +422,7 @@ mod tests {
     fn field_counts() {
         assert!(CronSchedule::parse("0 9 * * 1-5").is_ok());
         assert!(CronSchedule::parse("30 0 9 * * Mon-Fri").is_ok());
-        assert!(CronSchedule::parse("30 0 9 * * Mon-Fri 2030").is_ok());
+        assert!(CronSchedule::parse("30 0 9 * * Mon-Fri 2030").is_err());
         assert!(CronSchedule::parse("@daily").is_ok());
         assert!(CronSchedule::parse("@midnight").is_ok());
         assert!(CronSchedule::parse("@annually").is_ok());
@@ -348,6 +430,108 @@ mod tests {
         assert!(CronSchedule::parse("0 9 * *").is_err());
         assert!(CronSchedule::parse("0 0 9 * * * 2030 x").is_err());
         assert!(CronSchedule::parse("   ").is_err());
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        match DateTime::parse_from_rfc3339(s) {
+            Ok(t) => t.with_timezone(&Utc),
+            Err(e) => panic!("bad test instant {s}: {e}"),
+        }
+    }
+
+    fn next(expression: &str, tz: Tz, after: &str) -> Option<DateTime<Utc>> {
+        match CronSchedule::parse(expression) {
+            Ok(schedule) => schedule.next_after(tz, at(after)),
+            Err(e) => panic!("{expression:?}: {e}"),
+        }
+    }
+
+    #[test]
+    fn seven_fields_are_refused_naming_the_standard_form() {
+        for expression in ["30 0 9 * * Mon-Fri 2030", "0 0 0 1 1 * 2030"] {
+            let e = CronSchedule::parse(expression).unwrap_err();
+            assert!(e.contains("standard 5-field"), "{expression:?} gave {e:?}");
+            assert!(e.contains("has 7 fields"), "{expression:?} gave {e:?}");
+        }
+    }
+
+    #[test]
+    fn six_fields_are_a_seconds_field_before_the_standard_five() {
+        // Day of week 1 is Monday, as in the 5-field form.
+        let monday = next("30 0 9 * * 1", Tz::UTC, "2026-01-01T00:00:00Z");
+        assert_eq!(monday, Some(at("2026-01-05T09:00:30Z")));
+        assert_eq!(
+            next("0 0 9 * * 0", Tz::UTC, "2026-01-01T00:00:00Z"),
+            Some(at("2026-01-04T09:00:00Z")),
+            "0 is Sunday"
+        );
+        // Both day fields restricted: either matches, as in the 5-field form.
+        assert_eq!(
+            next("0 0 9 13 * 5", Tz::UTC, "2026-01-10T00:00:00Z"),
+            Some(at("2026-01-13T09:00:00Z"))
+        );
+        assert_eq!(
+            next("* * * * * *", Tz::UTC, "2026-01-01T00:00:00Z"),
+            Some(at("2026-01-01T00:00:01Z"))
+        );
+    }
+
+    #[test]
+    fn reboot_is_refused_with_a_reason_saying_what_to_use() {
+        let e = CronSchedule::parse("@reboot").unwrap_err();
+        assert!(e.contains("no boot event"), "{e:?}");
+        assert!(e.contains("onEvent"), "{e:?}");
+        let e = CronSchedule::parse("@fortnightly").unwrap_err();
+        assert!(e.contains("@hourly"), "{e:?}");
+    }
+
+    #[test]
+    fn a_time_in_a_spring_forward_gap_fires_at_the_end_of_the_gap() {
+        // Berlin skips 02:00-03:00 CET on 2026-03-29: 03:00 CEST is 01:00Z.
+        let berlin = Tz::Europe__Berlin;
+        assert_eq!(
+            next("30 2 * * *", berlin, "2026-03-28T12:00:00Z"),
+            Some(at("2026-03-29T01:00:00Z"))
+        );
+        // The next day is back to 02:30 CEST.
+        assert_eq!(
+            next("30 2 * * *", berlin, "2026-03-29T01:00:00Z"),
+            Some(at("2026-03-30T00:30:00Z"))
+        );
+        // A yearly schedule on the gap does not skip a year.
+        assert_eq!(
+            next("30 2 29 3 *", berlin, "2026-01-01T00:00:00Z"),
+            Some(at("2026-03-29T01:00:00Z"))
+        );
+        // Every minute of the gap is one fire at its end, then 03:01 CEST.
+        assert_eq!(
+            next("* * * * *", berlin, "2026-03-29T00:59:00Z"),
+            Some(at("2026-03-29T01:00:00Z"))
+        );
+        assert_eq!(
+            next("* * * * *", berlin, "2026-03-29T01:00:00Z"),
+            Some(at("2026-03-29T01:01:00Z"))
+        );
+        // New York skips 02:00-03:00 EST on 2026-03-08: 03:00 EDT is 07:00Z.
+        assert_eq!(
+            next("15 2 * * *", Tz::America__New_York, "2026-03-07T12:00:00Z"),
+            Some(at("2026-03-08T07:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn a_time_repeated_by_fall_back_fires_once_at_its_first_occurrence() {
+        // 02:30 happens twice in Berlin on 2026-10-25: 00:30Z (CEST), 01:30Z (CET).
+        let berlin = Tz::Europe__Berlin;
+        assert_eq!(
+            next("30 2 25 10 *", berlin, "2026-10-01T00:00:00Z"),
+            Some(at("2026-10-25T00:30:00Z"))
+        );
+        assert_eq!(
+            next("30 2 25 10 *", berlin, "2026-10-25T00:30:00Z"),
+            Some(at("2027-10-25T00:30:00Z")),
+            "2027 falls back on 2027-10-31"
+        );
     }
 
     #[test]
