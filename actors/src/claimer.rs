@@ -100,12 +100,23 @@ pub(crate) fn resume_params(firing: &Firing) -> Option<ResumeParams> {
             TriggerMatch::Time { due_at: firing.due },
         ),
         DueKind::Timeout => {
+            let notice = || {
+                Value::String(format!(
+                    "the wait timed out after {minutes} minute(s) without the condition being met; continue without it"
+                ))
+            };
             let input = match wakeup.on_timeout() {
                 OnTimeout::Fail => return None,
-                OnTimeout::ResumeWithInput => wakeup.timeout.as_ref().and_then(|t| t.input.clone()),
-                OnTimeout::ResumeWithSummary => Some(Value::String(format!(
-                    "the wait timed out after {minutes} minute(s) without the condition being met; continue without it"
-                ))),
+                // Without an `input` (the RFC's ResumeTimeoutSpec has no
+                // such field): the notice, as `resume_with_summary`.
+                OnTimeout::ResumeWithInput => Some(
+                    wakeup
+                        .timeout
+                        .as_ref()
+                        .and_then(|t| t.input.clone())
+                        .unwrap_or_else(notice),
+                ),
+                OnTimeout::ResumeWithSummary => Some(notice()),
             };
             let trigger = TriggerMatch::Timeout {
                 due_at: firing.due,

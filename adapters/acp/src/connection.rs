@@ -391,21 +391,26 @@ impl ConnectionWatcher {
         let Some((id, answer)) = self.requests.register() else {
             return;
         };
+        let mut params = json!({
+            "sessionId": notice.session_id,
+            "reason": reason.clone().unwrap_or_default(),
+            "conditions": resume_when,
+            "summary": summary,
+            "_meta": {"berth": {
+                "handle": handle,
+                "suspendedAt": suspended_at,
+                "eventId": notice.event_id,
+            }},
+        });
+        // The RFC's optional fields are omitted rather than null.
+        if let Value::Object(fields) = &mut params {
+            fields.retain(|_, v| !v.is_null());
+        }
         let frame = json!({
             "jsonrpc": "2.0",
             "id": id,
             "method": "session/await_resumption",
-            "params": {
-                "sessionId": notice.session_id,
-                "reason": reason.clone().unwrap_or_default(),
-                "conditions": resume_when,
-                "summary": summary,
-                "_meta": {"berth": {
-                    "handle": handle,
-                    "suspendedAt": suspended_at,
-                    "eventId": notice.event_id,
-                }},
-            },
+            "params": params,
         });
         if self.outbound.send(frame.to_string()) {
             tokio::spawn(async move {

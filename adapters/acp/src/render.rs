@@ -178,6 +178,10 @@ pub struct RenderOptions {
 /// into the update's `_meta.berth` (berth facts the RFC shape has no field
 /// for).
 fn raw_update(notice: &SessionNotice, mut update: Value, extra: Option<(&str, Value)>) -> String {
+    // The RFC's optional fields are omitted rather than null.
+    if let Value::Object(fields) = &mut update {
+        fields.retain(|_, v| !v.is_null());
+    }
     let meta = serde_json::to_value(notice_meta(notice)).unwrap_or_default();
     update["_meta"] = meta.clone();
     if let Some((key, value)) = extra {

@@ -1918,3 +1918,128 @@ async fn list_entries_and_session_get_carry_state_spend_and_the_suspension() {
         )
     );
 }
+
+/// Every key of every object in `v` whose value is `null`, by path.
+fn null_paths(v: &Value, path: &str, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let here = format!("{path}.{k}");
+                if v.is_null() {
+                    out.push(here);
+                } else {
+                    null_paths(v, &here, out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                null_paths(v, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn nulls(v: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    null_paths(v, "", &mut out);
+    out
+}
+
+#[tokio::test]
+async fn rfc_suspend_shapes_are_accepted_and_optional_fields_omitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    c.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"_meta": {"berth": {"suspendUpdates": true}}}}),
+    )
+    .await;
+    let sid = c.new_session(dir.path()).await;
+
+    // No reason, no resumeWhen: absent from the answer, the update and the
+    // list entry, never null.
+    let mut notes = Vec::new();
+    let r = c
+        .exchange_into(&mut notes, "session/suspend", json!({"sessionId": sid}))
+        .await;
+    assert!(r["result"]["handle"].is_string(), "{r}");
+    assert_eq!(nulls(&r), Vec::<String>::new(), "{r}");
+    let list = c.call("session/list", json!({})).await;
+    assert_eq!(nulls(&list), Vec::<String>::new(), "{list}");
+    let r = c
+        .exchange_into(&mut notes, "session/resume", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(nulls(&r), Vec::<String>::new(), "{r}");
+    for kind in ["suspended", "resumed"] {
+        let update = notes
+            .iter()
+            .find(|v| v["params"]["update"]["sessionUpdate"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} update in {notes:?}"));
+        assert_eq!(nulls(update), Vec::<String>::new(), "{update}");
+    }
+
+    // `_meta` on every object of resumeWhen is accepted; `resume_with_input`
+    // without `input` (the RFC's ResumeTimeoutSpec has none) too.
+    let r = c
+        .call(
+            "session/suspend",
+            json!({"sessionId": sid, "_meta": {"x": 1},
+                   "resumeWhen": {
+                       "_meta": {"x": 2},
+                       "trigger": {"event": "ci.passed", "filter": {"branch": "main"}, "_meta": {}},
+                       "timeout": {"durationMinutes": 0.001, "onTimeout": "resume_with_input",
+                                   "_meta": {"x": 3}}}}),
+        )
+        .await;
+    assert!(r["result"]["handle"].is_string(), "{r}");
+    assert_eq!(
+        r["result"]["resumeWhen"]["timeout"],
+        json!({"durationMinutes": 0.001, "onTimeout": "resume_with_input"}),
+        "{r}"
+    );
+    // The timeout resumes with the timeout notice as input: a fresh turn
+    // whose prompt says the wait timed out.
+    let resumed = next_note(&mut c, |v| {
+        v["params"]["update"]["sessionUpdate"] == "resumed"
+    })
+    .await;
+    assert_eq!(resumed["params"]["update"]["cause"], "timeout", "{resumed}");
+    assert_eq!(
+        resumed["params"]["update"]["hadResumeInput"], true,
+        "{resumed}"
+    );
+    let prompt = next_note(&mut c, |v| {
+        v["params"]["update"]["sessionUpdate"] == "user_message_chunk"
+    })
+    .await;
+    let text = prompt["params"]["update"]["content"]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("timed out"), "{prompt}");
+
+    // Unknown keys beside `_meta` are still refused, by path; so is a
+    // `_meta` that is not an object.
+    for (resume_when, field) in [
+        (
+            json!({"timeout": {"durationMinutes": 1, "_meta": {}, "later": 1}}),
+            "resumeWhen.timeout.later",
+        ),
+        (
+            json!({"trigger": {"cron": "0 9 * * *", "_meta": {}, "tz": "UTC"}}),
+            "resumeWhen.trigger.tz",
+        ),
+        (json!({"_meta": 5}), "resumeWhen._meta"),
+    ] {
+        let r = c
+            .call(
+                "session/suspend",
+                json!({"sessionId": sid, "resumeWhen": resume_when}),
+            )
+            .await;
+        let (code, data) = error_of(&r);
+        assert_eq!((code, data["field"].as_str()), (-32602, Some(field)), "{r}");
+    }
+}

@@ -9,7 +9,9 @@
 //! either returns typed conditions or a [`ConditionError`] whose `field` is
 //! the full path of the first offending key
 //! (`resumeWhen.timeout.durationMinutes`). Throughout, a key whose value is
-//! `null` counts as absent, and keys an object does not define are rejected.
+//! `null` counts as absent, and keys an object does not define are rejected,
+//! except `_meta` (ACP's extension envelope, allowed on every object): an
+//! object or `null`, accepted and not kept.
 //! The typed value serializes (`serde_json::to_value`) to the canonical
 //! camelCase wire form, which is what a response echoes back.
 
@@ -90,8 +92,10 @@ pub struct ResumeTimeout {
     /// What happens when it elapses (default `resume_with_summary`).
     #[serde(default)]
     pub on_timeout: OnTimeout,
-    /// The input a `resume_with_input` timeout resumes with; present exactly
-    /// when `on_timeout` is [`OnTimeout::ResumeWithInput`].
+    /// The input a `resume_with_input` timeout resumes with (a berth
+    /// extension: the RFC's `ResumeTimeoutSpec` has no such field); only
+    /// with [`OnTimeout::ResumeWithInput`], which without it resumes with
+    /// the timeout notice `resume_with_summary` gives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
 }
@@ -105,7 +109,8 @@ pub enum OnTimeout {
     ResumeWithSummary,
     /// End the session's suspended turn with a typed failure.
     Fail,
-    /// Resume with `timeout.input`.
+    /// Resume with `timeout.input`, or with the timeout notice when it has
+    /// none.
     ResumeWithInput,
 }
 
@@ -156,8 +161,10 @@ impl ResumeConditions {
     /// - `timeout`: `{durationMinutes, onTimeout?, input?}`; `durationMinutes`
     ///   a JSON number, finite, > 0 (fractions allowed), at most
     ///   [`MAX_DURATION_MINUTES`]; `onTimeout` one of `resume_with_summary`
-    ///   (default), `fail`, `resume_with_input`; `input` required with
-    ///   `resume_with_input` and allowed only with it.
+    ///   (default), `fail`, `resume_with_input`; `input` allowed only with
+    ///   `resume_with_input` (which without it resumes with the timeout
+    ///   notice).
+    /// - `_meta` on any of these objects: an object (or `null`), ignored.
     /// - `trigger`: exactly one of the [`TriggerSpec`] forms, decided by its
     ///   keys: `{cron, timezone?}` (a valid cron expression, an IANA zone),
     ///   `{at}` (RFC 3339 with an offset), `{event, filter?}` (an event name
@@ -185,6 +192,7 @@ impl ResumeConditions {
             }
         };
         reject_unknown(map, path, CONDITION_KEYS, "")?;
+        check_meta(map, path)?;
         let on_event = present(map, "onEvent")
             .map(|v| parse_event_name(v, &join(path, "onEvent")))
             .transpose()?;
@@ -303,6 +311,7 @@ fn parse_timeout(value: &Value, field: &str) -> Result<ResumeTimeout, ConditionE
         ));
     };
     reject_unknown(map, field, TIMEOUT_KEYS, "")?;
+    check_meta(map, field)?;
 
     let duration_field = join(field, "durationMinutes");
     let duration_minutes = match present(map, "durationMinutes") {
@@ -333,21 +342,11 @@ fn parse_timeout(value: &Value, field: &str) -> Result<ResumeTimeout, ConditionE
     };
 
     let input = present(map, "input").cloned();
-    match (on_timeout, &input) {
-        (OnTimeout::ResumeWithInput, None) => {
-            return Err(error(
-                join(field, "input"),
-                "is required when onTimeout is \"resume_with_input\": the input the \
-                 session resumes with",
-            ))
-        }
-        (OnTimeout::ResumeWithSummary | OnTimeout::Fail, Some(_)) => {
-            return Err(error(
-                join(field, "input"),
-                "is allowed only with onTimeout \"resume_with_input\"",
-            ))
-        }
-        _ => {}
+    if on_timeout != OnTimeout::ResumeWithInput && input.is_some() {
+        return Err(error(
+            join(field, "input"),
+            "is allowed only with onTimeout \"resume_with_input\"",
+        ));
     }
 
     Ok(ResumeTimeout {
@@ -409,6 +408,7 @@ fn parse_trigger(value: &Value, field: &str) -> Result<TriggerSpec, ConditionErr
         ));
     };
     reject_unknown(map, field, TRIGGER_KEYS, " in any trigger form")?;
+    check_meta(map, field)?;
     let forms: Vec<&str> = ["cron", "at", "event"]
         .into_iter()
         .filter(|key| present(map, key).is_some())
@@ -534,7 +534,7 @@ fn reject_other_form(
 ) -> Result<(), ConditionError> {
     match map
         .iter()
-        .find(|(key, value)| !value.is_null() && !allowed.contains(&key.as_str()))
+        .find(|(key, value)| !value.is_null() && *key != META && !allowed.contains(&key.as_str()))
     {
         Some((key, _)) => Err(error(
             join(field, key),
@@ -547,14 +547,18 @@ fn reject_other_form(
     }
 }
 
-/// Rejects the first key of `map` outside `allowed`, naming its path.
+/// Rejects the first key of `map` outside `allowed` and `_meta`, naming its
+/// path.
 fn reject_unknown(
     map: &Map<String, Value>,
     path: &str,
     allowed: &[&str],
     context: &str,
 ) -> Result<(), ConditionError> {
-    match map.keys().find(|key| !allowed.contains(&key.as_str())) {
+    match map
+        .keys()
+        .find(|key| *key != META && !allowed.contains(&key.as_str()))
+    {
         Some(key) => Err(error(
             join(path, key),
             format!(
@@ -563,6 +567,23 @@ fn reject_unknown(
             ),
         )),
         None => Ok(()),
+    }
+}
+
+/// ACP's extension envelope, allowed on every object.
+const META: &str = "_meta";
+
+/// Refuses a `_meta` of `map` that is neither an object nor `null`.
+fn check_meta(map: &Map<String, Value>, path: &str) -> Result<(), ConditionError> {
+    match present(map, META) {
+        None | Some(Value::Object(_)) => Ok(()),
+        Some(other) => Err(error(
+            join(path, META),
+            format!(
+                "must be an object (ACP's extension envelope), got {}",
+                kind(other)
+            ),
+        )),
     }
 }
 
@@ -965,14 +986,15 @@ mod tests {
     #[test]
     fn timeout_input_goes_with_resume_with_input_only() {
         let field = "resumeWhen.timeout.input";
-        // Required for resume_with_input (null counts as absent).
-        for timeout in [
+        // Optional for resume_with_input, as in the RFC's ResumeTimeoutSpec
+        // (null counts as absent).
+        for value in [
             json!({"durationMinutes": 1, "onTimeout": "resume_with_input"}),
             json!({"durationMinutes": 1, "onTimeout": "resume_with_input", "input": null}),
         ] {
-            let e = err(json!({ "timeout": timeout }));
-            assert_eq!(e.field, field);
-            assert!(e.reason.contains("required"), "{}", e.reason);
+            let t = timeout(value);
+            assert_eq!(t.on_timeout, OnTimeout::ResumeWithInput);
+            assert_eq!(t.input, None);
         }
         // Refused otherwise, including with the default onTimeout.
         for timeout in [
@@ -990,6 +1012,56 @@ mod tests {
                 json!({"durationMinutes": 1, "onTimeout": "resume_with_input", "input": input}),
             );
             assert_eq!(t.input, Some(input));
+        }
+    }
+
+    #[test]
+    fn meta_is_accepted_on_every_object_and_not_kept() {
+        let parsed = parse(json!({
+            "_meta": {"a": 1},
+            "onEvent": "ci.passed",
+            "timeout": {"durationMinutes": 1, "_meta": {"b": 2}},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            serde_json::to_value(&parsed).ok(),
+            Some(json!({"onEvent": "ci.passed",
+                        "timeout": {"durationMinutes": 1.0, "onTimeout": "resume_with_summary"}}))
+        );
+        for form in [
+            json!({"cron": "0 9 * * *", "timezone": "UTC", "_meta": {}}),
+            json!({"at": "2026-12-01T09:00:00Z", "_meta": {"c": [1]}}),
+            json!({"event": "ci.passed", "filter": {"branch": "main"}, "_meta": null}),
+        ] {
+            let with_meta = trigger(form.clone());
+            let mut without = form;
+            if let Some(map) = without.as_object_mut() {
+                map.remove("_meta");
+            }
+            assert_eq!(with_meta, trigger(without));
+        }
+        // Other unknown keys are still refused beside it; a `_meta` that is
+        // not an object is refused at its path.
+        assert_eq!(
+            field_of(json!({"timeout": {"durationMinutes": 1, "_meta": {}, "later": 1}})),
+            "resumeWhen.timeout.later"
+        );
+        assert_eq!(
+            field_of(json!({"trigger": {"at": "2026-12-01T09:00:00Z", "_meta": {}, "x": 1}})),
+            "resumeWhen.trigger.x"
+        );
+        for (value, field) in [
+            (json!({"_meta": "x"}), "resumeWhen._meta"),
+            (
+                json!({"timeout": {"durationMinutes": 1, "_meta": []}}),
+                "resumeWhen.timeout._meta",
+            ),
+            (
+                json!({"trigger": {"event": "ci.passed", "_meta": 1}}),
+                "resumeWhen.trigger._meta",
+            ),
+        ] {
+            assert_eq!(field_of(value.clone()), field, "{value}");
         }
     }
 

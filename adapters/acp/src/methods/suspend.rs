@@ -212,16 +212,20 @@ pub(crate) async fn claim(
     Ok(Some(outcome))
 }
 
-/// `_meta.berth.resumed` of the resume answer.
+/// `_meta.berth.resumed` of the resume answer (`turnId` only when a turn
+/// runs now).
 pub(crate) fn resumed_meta(outcome: &ResumeOutcome) -> Value {
-    json!({
+    let mut meta = json!({
         "handle": outcome.handle,
         "cause": outcome.cause,
         "resumedAt": outcome.resumed_at,
         "hadResumeInput": outcome.had_resume_input,
         "continueTranscript": outcome.continue_transcript,
-        "turnId": outcome.turn_id,
-    })
+    });
+    if let Some(turn_id) = &outcome.turn_id {
+        meta["turnId"] = json!(turn_id);
+    }
+    meta
 }
 
 /// `_berth/event.emit {name, data?}`: an external event (DESIGN.md, "The
