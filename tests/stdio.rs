@@ -113,7 +113,10 @@ fn shared_pipes_stay_blocking() {
 fn sigterm_mid_burst_leaves_only_whole_frames_on_stdout() {
     use std::io::{Read, Write};
 
-    let (_dir, data, cwd, script) = common::workspace("fallback = \"ok\"\n");
+    // Each prompt's answer comes back as an `agent_message_chunk` of ~60 KB
+    // (the sender is not shown its own prompt).
+    let answer = "berth ".repeat(10_000);
+    let (_dir, data, cwd, script) = common::workspace(&format!("fallback = \"{answer}\"\n"));
     let mut child = common::serve_command(&data, &script)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -131,8 +134,7 @@ fn sigterm_mid_burst_leaves_only_whole_frames_on_stdout() {
         serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": 1}}),
     );
-    // Each prompt's text comes back as a `user_message_chunk` of ~60 KB.
-    let text = "berth ".repeat(10_000);
+    let text = "berth";
     let sessions = 40;
     for i in 0..sessions {
         send(

@@ -1164,9 +1164,26 @@ impl Node {
         id: &SessionId,
         prompt: Prompt,
     ) -> Result<PromptOutcome, ControlError> {
+        self.prompt_from(id, prompt, None).await
+    }
+
+    /// [`Node::prompt`] sent by watcher `origin` (a client connection): the
+    /// live `turn_started` notice carries it
+    /// ([`SessionNotice::origin`](crate::watch::SessionNotice::origin)), so
+    /// that client is not shown its own prompt back.
+    ///
+    /// # Errors
+    /// As [`Node::prompt`].
+    pub async fn prompt_from(
+        &self,
+        id: &SessionId,
+        prompt: Prompt,
+        origin: Option<u64>,
+    ) -> Result<PromptOutcome, ControlError> {
         let trace = tracing::Span::current();
         self.call(id, |reply| SessionMsg::Prompt {
             prompt: prompt.clone(),
+            origin,
             reply,
             trace: trace.clone(),
         })

@@ -34,6 +34,10 @@ pub struct SessionNotice {
     pub record: Arc<EventRecord>,
     /// `true` when re-sent by `session/load`, `false` when live.
     pub replayed: bool,
+    /// The watcher (connection) whose request wrote this event, when it was
+    /// published live for one (`session/prompt`'s `turn_started`): that
+    /// client already shows what it sent. `None` for replayed events.
+    pub origin: Option<u64>,
 }
 
 /// Whether a client attached to or detached from a session.
@@ -130,8 +134,12 @@ struct Inner {
     released: EventId,
     /// Durable events waiting for a lower id to be published first (empty,
     /// without an allocated node, unless commits finish out of order).
-    held: BTreeMap<EventId, Arc<EventRecord>>,
+    held: BTreeMap<EventId, Pending>,
 }
+
+/// A durable event on its way to the watchers, with the watcher whose
+/// request wrote it (see [`SessionNotice::origin`]).
+type Pending = (Arc<EventRecord>, Option<u64>);
 
 impl Inner {
     /// Where watcher `id` is, or where it would be inserted.
@@ -143,8 +151,8 @@ impl Inner {
     /// held one that follows `released`, if it is there.
     fn next_ready(
         &mut self,
-        incoming: &mut impl Iterator<Item = (EventId, Arc<EventRecord>)>,
-    ) -> Option<(EventId, Arc<EventRecord>)> {
+        incoming: &mut impl Iterator<Item = (EventId, Pending)>,
+    ) -> Option<(EventId, Pending)> {
         loop {
             if let Some(entry) = self.held.first_entry() {
                 if *entry.key() == self.released + 1 {
@@ -204,10 +212,23 @@ impl Watchers {
         session_id: &SessionId,
         events: impl IntoIterator<Item = (EventId, Arc<EventRecord>)>,
     ) {
+        self.publish_from(session_id, events, None);
+    }
+
+    /// [`Watchers::publish`] for events a watcher's request wrote: their
+    /// notices carry `origin` ([`SessionNotice::origin`]).
+    pub fn publish_from(
+        &self,
+        session_id: &SessionId,
+        events: impl IntoIterator<Item = (EventId, Arc<EventRecord>)>,
+        origin: Option<u64>,
+    ) {
         let mut inner = self.lock();
         let inner = &mut *inner;
-        let mut incoming = events.into_iter();
-        while let Some((event_id, record)) = inner.next_ready(&mut incoming) {
+        let mut incoming = events
+            .into_iter()
+            .map(|(event_id, record)| (event_id, (record, origin)));
+        while let Some((event_id, (record, origin))) = inner.next_ready(&mut incoming) {
             inner.released = event_id;
             // Every durable event is released here exactly once, whichever
             // path committed it: the one place receipts are counted.
@@ -218,6 +239,7 @@ impl Watchers {
                 event_id,
                 record,
                 replayed: false,
+                origin,
             };
             let mut gone = Vec::new();
             inner.watchers.retain_mut(|e| {
@@ -266,6 +288,7 @@ impl Watchers {
                 event_id: *event_id,
                 record: Arc::new(record.clone()),
                 replayed: true,
+                origin: None,
             });
         }
         let entry = Entry {

@@ -177,11 +177,12 @@ test("berth completion judge vs steer end to end with @agentclientprotocol/sdk 2
         "agent_message_chunk",
         "agent:turn_ended",
       ]);
-      // A directive is not a user message: nothing is echoed for it.
+      // A directive is not a user message: nothing is echoed for it (nor
+      // the prompt, to the connection that sent it).
       assert.deepEqual(
         turnEvents.filter((e) => e.kind === "user_message_chunk").map((e) => e.update.content.text),
-        [prompt],
-        "only the prompt is echoed",
+        [],
+        "nothing is echoed",
       );
       step("a. met request: no directive; unmet request: completion_judge corrective applied, answered once, end_turn");
     });

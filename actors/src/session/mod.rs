@@ -105,6 +105,8 @@ pub enum SessionMsg {
     Prompt {
         /// The prompt blocks.
         prompt: Prompt,
+        /// The watcher (connection) that sent it.
+        origin: Option<u64>,
         /// Answered with the sealed outcome.
         reply: RpcReplyPort<Result<PromptOutcome, ControlError>>,
         /// The caller's span: the turn's span is its child.
@@ -521,11 +523,15 @@ impl SessionActor {
         match msg {
             SessionMsg::Prompt {
                 prompt,
+                origin,
                 reply,
                 trace,
             } => {
-                Box::pin(lifecycle::prompt::start(&myself, state, prompt, reply).instrument(trace))
-                    .await
+                Box::pin(
+                    lifecycle::prompt::start(&myself, state, prompt, origin, reply)
+                        .instrument(trace),
+                )
+                .await
             }
             SessionMsg::TurnFinished {
                 turn_id,

@@ -428,6 +428,14 @@ impl Watcher for ConnectionWatcher {
     }
 
     fn notify(&self, notice: &SessionNotice) -> bool {
+        // A prompt this connection sent is not echoed back to it live (it
+        // shows the user's message already); other watchers and a later
+        // `session/load` replay get it.
+        if notice.origin == Some(self.id)
+            && matches!(notice.record.event, SessionEvent::TurnStarted { .. })
+        {
+            return true;
+        }
         let options = RenderOptions {
             suspend_updates: self.extensions.suspend_updates.load(Ordering::Acquire),
         };

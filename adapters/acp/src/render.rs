@@ -328,6 +328,7 @@ mod tests {
                 event,
             )),
             replayed,
+            origin: None,
         }
     }
 

@@ -2043,3 +2043,57 @@ async fn rfc_suspend_shapes_are_accepted_and_optional_fields_omitted() {
         assert_eq!((code, data["field"].as_str()), (-32602, Some(field)), "{r}");
     }
 }
+
+#[tokio::test]
+async fn a_prompt_is_echoed_to_other_watchers_but_not_to_its_sender() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut sender = Client::connect(&node, ServeOptions::default());
+    let sid = sender.new_session(dir.path()).await;
+    let mut watcher = Client::connect(&node, ServeOptions::default());
+    let load = watcher
+        .call(
+            "session/load",
+            json!({"sessionId": sid, "cwd": dir.path(), "mcpServers": []}),
+        )
+        .await;
+    assert!(load.get("result").is_some(), "{load}");
+
+    let (answer, notes) = sender.exchange_prompt(&sid, "hi").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let is_echo = |n: &Value| n["params"]["update"]["sessionUpdate"] == "user_message_chunk";
+    assert!(
+        notes
+            .iter()
+            .any(|n| n["params"]["update"]["sessionUpdate"] == "agent_message_chunk"),
+        "the sender streams the turn: {notes:?}"
+    );
+    assert!(
+        !notes.iter().any(is_echo),
+        "the sender is not shown its own prompt: {notes:?}"
+    );
+    // The other watcher gets it live, before the answer text.
+    let echo = next_note(&mut watcher, |n| {
+        is_echo(n) || n["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    })
+    .await;
+    assert!(is_echo(&echo), "{echo}");
+    assert_eq!(echo["params"]["update"]["content"]["text"], "hi");
+    assert!(
+        echo["params"]["_meta"]["berth"]["replayed"].is_null(),
+        "{echo}"
+    );
+
+    // A replay on load includes it, for the sender too.
+    let id = sender
+        .request(
+            "session/load",
+            json!({"sessionId": sid, "cwd": dir.path(), "mcpServers": []}),
+        )
+        .await;
+    let (_, replayed) = sender.response(id).await;
+    let echoes: Vec<&Value> = replayed.iter().filter(|n| is_echo(n)).collect();
+    assert_eq!(echoes.len(), 1, "{replayed:?}");
+    assert_eq!(echoes[0]["params"]["update"]["content"]["text"], "hi");
+    assert_eq!(echoes[0]["params"]["_meta"]["berth"]["replayed"], true);
+}

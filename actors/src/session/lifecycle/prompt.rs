@@ -66,14 +66,18 @@ pub(crate) struct Prelude {
     /// that write leaves the claimed suspension, which the next start
     /// resumes again.
     pub held: bool,
+    /// The watcher (connection) that sent the prompt, carried by the live
+    /// `turn_started` notice.
+    pub origin: Option<u64>,
 }
 
-/// Accepts a prompt. Refuses with `SessionClosed` / `SessionSuspended` /
-/// `PromptActive`; otherwise see [`begin`].
+/// Accepts a prompt from watcher `origin`. Refuses with `SessionClosed` /
+/// `SessionSuspended` / `PromptActive`; otherwise see [`begin`].
 pub(crate) async fn start(
     myself: &ActorRef<SessionMsg>,
     state: &mut SessionState,
     prompt: Prompt,
+    origin: Option<u64>,
     reply: PromptReply,
 ) -> Result<(), ActorProcessingErr> {
     let session_id = state.record.session_id.clone();
@@ -95,9 +99,11 @@ pub(crate) async fn start(
         }));
         return Ok(());
     }
-    if let Err((e, Some(reply))) =
-        begin(myself, state, prompt, Some(reply), Prelude::default()).await
-    {
+    let prelude = Prelude {
+        origin,
+        ..Prelude::default()
+    };
+    if let Err((e, Some(reply))) = begin(myself, state, prompt, Some(reply), prelude).await {
         let _ = reply.send(Err(e));
     }
     Ok(())
@@ -119,6 +125,7 @@ pub(crate) async fn begin(
     let env = Arc::clone(&state.env);
     let session_id = state.record.session_id.clone();
     let now = env.config.clock.now();
+    let origin = prelude.origin;
     let turn_id = prelude
         .turn_id
         .clone()
@@ -163,9 +170,10 @@ pub(crate) async fn begin(
             Ok(ids) => ids,
             Err(e) => return Err((e.into(), reply)),
         };
-        state.watchers.publish(
+        state.watchers.publish_from(
             &session_id,
             ids.into_iter().zip(events.into_iter().map(Arc::new)),
+            origin,
         );
         Held::default()
     };

@@ -347,6 +347,7 @@ async fn wake(
                 transcript: vec![],
                 turn_id: Some(fresh.clone()),
                 held: taken.is_some(),
+                origin: None,
             };
             if let Some(frame) = &frame {
                 let terminal = Terminal {

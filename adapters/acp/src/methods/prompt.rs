@@ -56,7 +56,11 @@ pub(crate) async fn prompt(conn: &Connection, params: Value) -> Result<Value, Rp
         .collect::<Result<Vec<_>, _>>()
         .map_err(RpcError::internal)?;
     conn.ensure_attached(&session_id).await?;
-    let outcome = conn.node.prompt(&session_id, Prompt(blocks)).await?;
+    // The sender shows its own prompt; other watchers get it echoed.
+    let outcome = conn
+        .node
+        .prompt_from(&session_id, Prompt(blocks), Some(conn.id))
+        .await?;
     let mut berth = json!({
         "terminal": outcome.terminal,
         "turnId": outcome.turn_id,
