@@ -925,7 +925,7 @@ fn approvals_and_a_budget_suspension_replay() {
             config.budgets = vec![berth_runtime::budget::BudgetPolicy {
                 label: None,
                 limits: berth_runtime::budget::BudgetLimits {
-                    max_tool_calls: Some(1),
+                    max_tool_calls: Some(2),
                     ..Default::default()
                 },
             }];
@@ -936,7 +936,7 @@ fn approvals_and_a_budget_suspension_replay() {
             h.prompt(&id, "write two notes").await.unwrap();
             assert!(h.cwd.join("note-1.txt").exists());
             assert!(!h.cwd.join("note-2.txt").exists());
-            // The next call goes over the budget: the policy parks the turn
+            // The next call uses the budget up: the policy parks the turn
             // before the rest of its batch; an operator grants more.
             std::fs::write(h.cwd.join("a.txt"), "aaa").unwrap();
             let outcome = h.prompt(&id, "spend two").await.unwrap();

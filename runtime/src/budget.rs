@@ -1,9 +1,13 @@
 //! Budgets: per-session spend (tokens, cost, tool calls, wall time) against
 //! the limits of the policies that apply to the session, plus what operators
-//! granted on top. A turn that goes over is suspended by the engine with mode
-//! `interrupt_immediate`, initiator `policy` (terminal kind `policy_budget`);
-//! an operator resumes it with `{"budget": {...}}` as input, which raises the
-//! allowance.
+//! granted on top. Limits are checked before the spend they bound: a model
+//! call is not started once the tokens or the cost spent reach their limit,
+//! and a limit of N tool calls dispatches at most N (a batch that would cross
+//! it is cut there, the rest left unstarted in the parked frame). Wall time
+//! is checked after each step. A turn that reaches a limit is suspended by
+//! the engine with mode `interrupt_immediate`, initiator `policy` (terminal
+//! kind `policy_budget`); an operator resumes it with `{"budget": {...}}` as
+//! input, which raises the allowance.
 
 use serde::{Deserialize, Serialize};
 
@@ -196,6 +200,42 @@ pub struct Budget {
 }
 
 impl Budget {
+    /// Why no model call may start with `turn` spent in the running turn:
+    /// the tokens or the cost spent reached their limit (or any limit is
+    /// over, see [`Budget::breach`]). `None`: it may start.
+    pub fn model_call_refused(&self, turn: &Accounting) -> Option<String> {
+        let mut total = self.spent;
+        total.add(turn, self.price.as_ref());
+        let tokens = total.input_tokens + total.output_tokens;
+        let l = &self.limits;
+        if let Some(max) = l.max_tokens.filter(|max| tokens >= *max) {
+            return Some(format!(
+                "tokens {tokens} reached the budget of {max}; no further model call"
+            ));
+        }
+        if let Some(max) = l.max_cost_usd {
+            let cost = total.cost_micro_usd as f64 / 1e6;
+            if cost >= max {
+                return Some(format!(
+                    "cost ${cost:.6} reached the budget of ${max}; no further model call"
+                ));
+            }
+        }
+        self.breach(turn)
+    }
+
+    /// How many more tool calls may be dispatched with `turn` spent in the
+    /// running turn; `None` is unlimited.
+    pub fn tool_calls_left(&self, turn: &Accounting) -> Option<u64> {
+        let used = self
+            .spent
+            .tool_calls
+            .saturating_add(u64::from(turn.tool_calls));
+        self.limits
+            .max_tool_calls
+            .map(|max| max.saturating_sub(used))
+    }
+
     /// Why the session is over budget with `turn` spent in the running turn,
     /// or `None`.
     pub fn breach(&self, turn: &Accounting) -> Option<String> {
@@ -253,6 +293,37 @@ mod tests {
             ..Default::default()
         };
         assert!(budget.breach(&turn).unwrap().contains("tokens 110"));
+        // Reached, not over: no breach, but no further model call either.
+        let reached = Accounting {
+            usage: Usage {
+                input_tokens: 20,
+                output_tokens: 20,
+            },
+            ..Default::default()
+        };
+        assert_eq!(budget.breach(&reached), None);
+        assert!(budget
+            .model_call_refused(&reached)
+            .is_some_and(|r| r.contains("tokens 100 reached the budget of 100")));
+        assert_eq!(budget.model_call_refused(&Accounting::default()), None);
+        let calls = Budget {
+            limits: BudgetLimits {
+                max_tool_calls: Some(2),
+                ..Default::default()
+            },
+            spent: Spend {
+                tool_calls: 1,
+                ..Default::default()
+            },
+            price: None,
+        };
+        assert_eq!(calls.tool_calls_left(&Accounting::default()), Some(1));
+        let one = Accounting {
+            tool_calls: 1,
+            ..Default::default()
+        };
+        assert_eq!(calls.tool_calls_left(&one), Some(0));
+        assert_eq!(budget.tool_calls_left(&one), None, "unlimited");
         let raised = Budget {
             limits: budget.limits.raised(&BudgetLimits {
                 max_tokens: Some(50),

@@ -51,6 +51,16 @@ steps = [
   { text = "refilled done" },
 ]
 [[rules]]
+match = "three jobs"
+steps = [
+  { tool_calls = [
+      { name = "shell", arguments = { command = "echo 1 >> jobs3.log" } },
+      { name = "shell", arguments = { command = "echo 2 >> jobs3.log" } },
+      { name = "shell", arguments = { command = "echo 3 >> jobs3.log" } },
+  ] },
+  { text = "three jobs done" },
+]
+[[rules]]
 match = "two jobs"
 steps = [
   { tool_calls = [
@@ -1484,11 +1494,7 @@ async fn a_budget_breach_suspends_for_the_policy_and_a_refill_resumes() {
     assert_eq!(berth["terminal"]["kind"], "policy_budget");
     assert_eq!(berth["terminal"]["owner"], "policy");
     let log = || std::fs::read_to_string(dir.path().join("budget.log")).unwrap_or_default();
-    assert_eq!(
-        log(),
-        "A\n",
-        "the call that broke the budget settled; nothing after it ran"
-    );
+    assert_eq!(log(), "", "a budget of no tool calls dispatches none");
     let view = c
         .call("berth.session_view.query", json!({"sessionId": sid}))
         .await;
@@ -2096,4 +2102,118 @@ async fn a_prompt_is_echoed_to_other_watchers_but_not_to_its_sender() {
     assert_eq!(echoes.len(), 1, "{replayed:?}");
     assert_eq!(echoes[0]["params"]["update"]["content"]["text"], "hi");
     assert_eq!(echoes[0]["params"]["_meta"]["berth"]["replayed"], true);
+}
+
+/// A node whose sessions labelled `metered` run under `limits`.
+async fn metered_node(dir: &std::path::Path, limits: berth_runtime::budget::BudgetLimits) -> Node {
+    node_with(dir, |c| {
+        c.budgets = vec![berth_runtime::budget::BudgetPolicy {
+            label: Some("metered".into()),
+            limits,
+        }];
+    })
+    .await
+}
+
+async fn metered_session(c: &mut Client, dir: &std::path::Path) -> String {
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": dir, "mcpServers": [], "_meta": {"berth": {"labels": ["metered"]}}}),
+        )
+        .await;
+    r["result"]["sessionId"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_tool_call_budget_of_two_dispatches_two_calls_of_a_batch_of_three() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = metered_node(
+        dir.path(),
+        berth_runtime::budget::BudgetLimits {
+            max_tool_calls: Some(2),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = metered_session(&mut c, dir.path()).await;
+    let log = || std::fs::read_to_string(dir.path().join("jobs3.log")).unwrap_or_default();
+    let answer = c.call_prompt(&sid, "three jobs").await;
+    let berth = &answer["result"]["_meta"]["berth"];
+    assert_eq!(berth["terminal"]["kind"], "policy_budget", "{answer}");
+    assert_eq!(log(), "1\n2\n", "exactly two calls ran");
+    let view = c
+        .call("berth.session_view.query", json!({"sessionId": sid}))
+        .await;
+    let suspension = &view["result"]["run"]["suspension"];
+    assert_eq!(suspension["initiator"], "policy", "{view}");
+    let reason = suspension["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("tool calls") && reason.contains('2'),
+        "{reason}"
+    );
+    // A top-up runs the third call from the parked frame; none runs twice.
+    let (r, mut notes) = c
+        .exchange(
+            "session/resume",
+            json!({"sessionId": sid, "input": {"budget": {"max_tool_calls": 5}}}),
+        )
+        .await;
+    assert!(
+        r["result"]["_meta"]["berth"]["resumed"]["handle"].is_string(),
+        "{r}"
+    );
+    while !notes.iter().any(|n| n["params"]["type"] == "turn_ended") {
+        notes.push(c.read().await);
+    }
+    let ended = notes
+        .iter()
+        .find(|n| n["params"]["type"] == "turn_ended")
+        .unwrap();
+    assert_eq!(
+        ended["params"]["event"]["terminal"]["kind"], "completed",
+        "{ended}"
+    );
+    assert_eq!(log(), "1\n2\n3\n");
+}
+
+#[tokio::test]
+async fn a_token_budget_already_reached_starts_no_model_call() {
+    let dir = tempfile::tempdir().unwrap();
+    // The scripted "hi" turn spends 1 input and 2 output tokens.
+    let node = metered_node(
+        dir.path(),
+        berth_runtime::budget::BudgetLimits {
+            max_tokens: Some(3),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = metered_session(&mut c, dir.path()).await;
+    let first = c.call_prompt(&sid, "hi").await;
+    let berth = &first["result"]["_meta"]["berth"];
+    assert_eq!(berth["terminal"]["kind"], "completed", "{first}");
+    assert_eq!(
+        berth["usage"],
+        json!({"input_tokens": 1, "output_tokens": 2}),
+        "{first}"
+    );
+    // The limit is reached (3 of 3): the next turn parks before calling the
+    // model.
+    let (second, notes) = c.exchange_prompt(&sid, "hi").await;
+    let berth = &second["result"]["_meta"]["berth"];
+    assert_eq!(berth["terminal"]["kind"], "policy_budget", "{second}");
+    assert!(
+        !notes
+            .iter()
+            .any(|n| n["params"]["update"]["sessionUpdate"] == "agent_message_chunk"),
+        "no model call: {notes:?}"
+    );
+    assert_eq!(
+        berth["usage"],
+        json!({"input_tokens": 0, "output_tokens": 0}),
+        "{second}"
+    );
 }

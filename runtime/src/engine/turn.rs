@@ -387,6 +387,55 @@ impl<'a> Turn<'a> {
         }
     }
 
+    /// Checks the budget before a model call: spent tokens or cost that
+    /// reached their limit ask the turn to suspend for the policy (it parks
+    /// before the call).
+    fn check_model_budget(&mut self) {
+        self.accounting = self.accounting_now();
+        let refused = self
+            .deps
+            .budget
+            .as_ref()
+            .and_then(|b| b.model_call_refused(&self.accounting));
+        if let Some(reason) = refused {
+            self.deps.control.suspend_for_policy(reason);
+        }
+    }
+
+    /// Cuts `group` to the tool calls the budget has left, putting the rest
+    /// back at the front of `pending`. With none left the turn is asked to
+    /// suspend for the policy and `group` goes back whole.
+    fn cut_to_tool_budget(
+        &self,
+        group: &mut Vec<ToolCallRequest>,
+        pending: &mut std::collections::VecDeque<ToolCallRequest>,
+    ) {
+        let Some(left) = self
+            .deps
+            .budget
+            .as_ref()
+            .and_then(|b| b.tool_calls_left(&self.accounting))
+        else {
+            return;
+        };
+        let keep = usize::try_from(left).unwrap_or(usize::MAX).min(group.len());
+        for call in group.drain(keep..).rev() {
+            pending.push_front(call);
+        }
+        if group.is_empty() {
+            let max = self
+                .deps
+                .budget
+                .as_ref()
+                .and_then(|b| b.limits.max_tool_calls)
+                .unwrap_or(0);
+            self.deps.control.suspend_for_policy(format!(
+                "tool calls reached the budget of {max}; {} call(s) left unstarted",
+                pending.len()
+            ));
+        }
+    }
+
     fn take_file_changes(&self) -> Vec<FileChange> {
         merge_changes(std::mem::take(
             &mut *self.file_changes.lock().unwrap_or_else(|e| e.into_inner()),
@@ -489,8 +538,9 @@ impl<'a> Turn<'a> {
                 return Err(Exit::Stopped);
             }
             // A suspension waits for the step in flight, then parks here,
-            // before the next model call.
-            self.check_budget();
+            // before the next model call; so does a budget whose tokens or
+            // cost are spent.
+            self.check_model_budget();
             if matches!(
                 self.deps.control.suspend_requested(),
                 Some(SuspendMode::FinishStep | SuspendMode::InterruptImmediate)
@@ -868,6 +918,12 @@ impl<'a> Turn<'a> {
                 while pending.front().is_some_and(safe) {
                     group.extend(pending.pop_front());
                 }
+            }
+            // A limit of N tool calls dispatches at most N: the group is cut
+            // there, and with none left the turn parks before dispatching.
+            self.cut_to_tool_budget(&mut group, &mut pending);
+            if group.is_empty() {
+                break;
             }
             self.hold_settled
                 .store(group.len() == 1, std::sync::atomic::Ordering::Relaxed);
