@@ -75,6 +75,12 @@ pub const PROTOCOL_VERSION: &str = "1.0";
 /// resume, steer) when the request carries no [`berth_actors::Principal`].
 pub const DEFAULT_ACTOR: &str = "a2a";
 
+/// The actor of callers admitted without a token under a configured
+/// anonymous role (`--a2a-anonymous-role`); such a request carries the
+/// [`berth_actors::auth::Anonymous`] marker and sees and controls only the
+/// contexts created by anonymous callers.
+pub const ANONYMOUS_ACTOR: &str = "a2a-anonymous";
+
 /// One skill on the agent card (A2A spec §4.4.5, `AgentSkill`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -117,6 +123,9 @@ pub struct A2aOptions {
     pub max_streams: usize,
     /// `Cache-Control: max-age` of the card (seconds, default 300).
     pub card_max_age_secs: u64,
+    /// The card's `Last-Modified`: when its content was configured (default:
+    /// when these options were made, at whole seconds, as HTTP dates are).
+    pub card_modified: chrono::DateTime<chrono::Utc>,
     /// How long `CancelTask` waits for the turn to stop before answering
     /// with its state at that moment (ms, default 10 000).
     pub cancel_wait_ms: u64,
@@ -145,6 +154,8 @@ impl A2aOptions {
             max_in_flight: 64,
             max_streams: 256,
             card_max_age_secs: 300,
+            card_modified: chrono::DateTime::from_timestamp(chrono::Utc::now().timestamp(), 0)
+                .unwrap_or_default(),
             cancel_wait_ms: 10_000,
             message_ids_in_prompt: false,
         }
