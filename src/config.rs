@@ -602,7 +602,7 @@ impl FileConfig {
 
 /// `<data dir>-a2a-contexts`, beside the data dir: the default root of the
 /// working directories of contexts created over A2A.
-fn default_a2a_contexts_dir(data_dir: &std::path::Path) -> PathBuf {
+fn default_a2a_contexts_dir(data_dir: &Path) -> PathBuf {
     let mut name = data_dir
         .file_name()
         .map(std::ffi::OsStr::to_os_string)
@@ -951,6 +951,22 @@ mod tests {
 
     /// What `serve` would refuse, `config check` reports: an empty data dir
     /// and two tokens with one secret.
+    #[test]
+    fn a2a_contexts_go_beside_the_data_dir() {
+        for (data, contexts) in [
+            ("berth-data", "berth-data-a2a-contexts"),
+            ("./berth-data/", "./berth-data-a2a-contexts"),
+            ("/var/lib/berth", "/var/lib/berth-a2a-contexts"),
+            ("/", "berth-data-a2a-contexts"),
+        ] {
+            assert_eq!(
+                default_a2a_contexts_dir(Path::new(data)),
+                PathBuf::from(contexts),
+                "{data}"
+            );
+        }
+    }
+
     #[test]
     fn an_empty_data_dir_and_a_repeated_secret_are_problems() {
         let p = problems(

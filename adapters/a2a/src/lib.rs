@@ -44,8 +44,14 @@
 //! [`berth_actors::Principal`] as a request extension, whose actor is
 //! recorded in receipts and whose role is checked per method (observers may
 //! get, list and subscribe; sending and cancelling need a controller;
-//! otherwise -32011 `role_not_authorized`). Without one (the router served
-//! on its own, as in tests) the actor is `a2a` with every right.
+//! otherwise -32011 `role_not_authorized`); contexts it creates record that
+//! actor as their creator. A request the listener admitted without a token
+//! (marked [`berth_actors::auth::Anonymous`], actor [`ANONYMOUS_ACTOR`]) sees
+//! and controls only contexts created by anonymous callers: others answer as
+//! missing tasks (`-32001`), `ListTasks` leaves them out, and their
+//! `contextId` cannot be taken (`-32602`). Without a principal (the router
+//! served on its own, as in tests) the actor is `a2a` with every right and
+//! no creator is recorded.
 
 #![warn(missing_docs)]
 
@@ -113,7 +119,8 @@ pub struct A2aOptions {
     /// Card skills (at least one is shown: a default one when empty).
     pub skills: Vec<AgentSkill>,
     /// Sessions created over A2A get `<workspace_root>/<contextId>` as their
-    /// working directory (created on demand).
+    /// working directory (created on demand, 0700 with any missing parent);
+    /// must be absolute (a session's cwd is), and outside the data dir.
     pub workspace_root: PathBuf,
     /// Largest request body (bytes, default 8 MiB).
     pub max_body_bytes: usize,

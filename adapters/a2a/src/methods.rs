@@ -679,7 +679,8 @@ fn decode_token(token: &str) -> Option<(i64, String)> {
     Some((micros.parse().ok()?, id.to_owned()))
 }
 
-/// `ListTasks` (spec §3.1.4): tasks of every session (or of `contextId`),
+/// `ListTasks` (spec §3.1.4): tasks of every session the caller sees (or of
+/// `contextId`; a confined caller sees only its own contexts),
 /// most recently updated first, cursor-paginated; `totalSize` counts every
 /// match. Reads each session's log from the journal (a full scan when no
 /// `contextId` is given).
