@@ -92,6 +92,12 @@ pub struct ServeArgs {
     /// tokens.
     #[arg(long, value_name = "ROLE")]
     pub a2a_anonymous_role: Option<String>,
+    /// Where the working directories of contexts created over A2A go
+    /// (`DIR/<contextId>`, created 0700; a relative DIR is taken from the
+    /// current directory). Default: `<data dir>-a2a-contexts` beside the
+    /// data dir (a session's directories never lie inside the data dir).
+    #[arg(long, value_name = "DIR")]
+    pub a2a_contexts_dir: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -102,6 +108,7 @@ struct A2aSection {
     description: Option<String>,
     message_ids_in_prompt: Option<bool>,
     anonymous_role: Option<String>,
+    contexts_dir: Option<PathBuf>,
     #[serde(default)]
     skills: Vec<berth_a2a::AgentSkill>,
 }
@@ -531,8 +538,20 @@ impl FileConfig {
             },
         };
         // A2A is served on the HTTP listener, behind its bearer tokens.
+        let contexts_dir = args
+            .a2a_contexts_dir
+            .clone()
+            .or(self.a2a.contexts_dir)
+            .unwrap_or_else(|| default_a2a_contexts_dir(&data_dir));
+        // Absolute: a session's cwd must be, whatever the data dir is.
+        let contexts_dir = std::path::absolute(&contexts_dir).with_context(|| {
+            format!(
+                "key `a2a.contexts_dir` / --a2a-contexts-dir: cannot make {} absolute",
+                contexts_dir.display()
+            )
+        })?;
         let a2a = http.is_some().then(|| {
-            let mut options = berth_a2a::A2aOptions::new(data_dir.join("a2a-contexts"));
+            let mut options = berth_a2a::A2aOptions::new(contexts_dir);
             options.public_url = self.a2a.public_url;
             if let Some(name) = self.a2a.name {
                 options.name = name;
@@ -578,6 +597,21 @@ impl FileConfig {
             prices: self.prices,
             http,
         })
+    }
+}
+
+/// `<data dir>-a2a-contexts`, beside the data dir: the default root of the
+/// working directories of contexts created over A2A.
+fn default_a2a_contexts_dir(data_dir: &Path) -> PathBuf {
+    let mut name = data_dir
+        .file_name()
+        .map(std::ffi::OsStr::to_os_string)
+        .unwrap_or_else(|| "berth-data".into());
+    name.push("-a2a-contexts");
+    match data_dir.file_name() {
+        Some(_) => data_dir.with_file_name(name),
+        // `/`, `..` or empty: beside is not defined; use the current dir.
+        None => PathBuf::from(name),
     }
 }
 
@@ -917,6 +951,22 @@ mod tests {
 
     /// What `serve` would refuse, `config check` reports: an empty data dir
     /// and two tokens with one secret.
+    #[test]
+    fn a2a_contexts_go_beside_the_data_dir() {
+        for (data, contexts) in [
+            ("berth-data", "berth-data-a2a-contexts"),
+            ("./berth-data/", "./berth-data-a2a-contexts"),
+            ("/var/lib/berth", "/var/lib/berth-a2a-contexts"),
+            ("/", "berth-data-a2a-contexts"),
+        ] {
+            assert_eq!(
+                default_a2a_contexts_dir(Path::new(data)),
+                PathBuf::from(contexts),
+                "{data}"
+            );
+        }
+    }
+
     #[test]
     fn an_empty_data_dir_and_a_repeated_secret_are_problems() {
         let p = problems(

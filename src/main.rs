@@ -475,13 +475,11 @@ async fn bind_http(
     if let Some((options, anonymous)) = a2a {
         let (card, rpc) = berth_a2a::routers(node.clone(), options);
         builder = builder.mount_public(card);
-        builder = match anonymous {
-            // Tokenless callers act as one fixed, configured principal.
-            Some(role) => builder.mount_public(rpc.layer(axum::Extension(
-                berth_actors::Principal::new("a2a-anonymous", role),
-            ))),
-            None => builder.mount(rpc),
-        };
+        // Tokenless callers (when configured) act as one fixed principal,
+        // confined to the contexts they created; a presented token decides.
+        let anonymous =
+            anonymous.map(|role| berth_actors::Principal::new(berth_a2a::ANONYMOUS_ACTOR, role));
+        builder = builder.mount_jsonrpc(rpc, anonymous);
     }
     let server = builder.build()?.bind().await?;
     // One parseable line for scripts and tests (the port when 0 was asked).

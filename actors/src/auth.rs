@@ -170,3 +170,10 @@ mod tests {
         assert!(validate_actor_id("a b").unwrap_err().contains("' '"));
     }
 }
+
+/// Marks a request whose [`Principal`] was not authenticated but admitted
+/// under a configured anonymous role (`--a2a-anonymous-role`): the listener
+/// inserts it beside the principal, and an adapter confines such a caller to
+/// what anonymous callers created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Anonymous;

@@ -1,7 +1,10 @@
 //! The agent card at `/.well-known/agent-card.json` (A2A spec §8, §4.4.1),
 //! served with `Cache-Control: public, max-age=N` and a strong `ETag` (the
-//! SHA-256 of the card's bytes; spec §8.6.1); `If-None-Match` with that tag
-//! answers `304 Not Modified`.
+//! SHA-256 of the card's bytes; spec §8.6.1) and `Last-Modified` (when the
+//! card's content was configured: [`A2aOptions::card_modified`], stable
+//! across requests). `If-None-Match` with that tag answers `304 Not
+//! Modified`; without `If-None-Match`, so does an `If-Modified-Since` at or
+//! after `Last-Modified` (RFC 9110 §13.1.3; an unparsable date is ignored).
 //!
 //! Capabilities are the honest ones: `streaming: true` (SendStreamingMessage
 //! and SubscribeToTask), `pushNotifications: false` (the push methods answer
@@ -67,10 +70,18 @@ pub fn respond(options: &A2aOptions, headers: &HeaderMap) -> Response {
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
     let etag = format!("\"{hex}\"");
     let cache = format!("public, max-age={}", options.card_max_age_secs);
-    let not_modified = headers
+    let modified = options.card_modified;
+    let not_modified = match headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    {
+        Some(tags) => tags.split(',').any(|t| t.trim() == etag || t.trim() == "*"),
+        None => headers
+            .get(header::IF_MODIFIED_SINCE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| chrono::DateTime::parse_from_rfc2822(v.trim()).ok())
+            .is_some_and(|since| modified.timestamp() <= since.timestamp()),
+    };
     let mut response = if not_modified {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
@@ -89,6 +100,10 @@ pub fn respond(options: &A2aOptions, headers: &HeaderMap) -> Response {
     }
     if let Ok(v) = HeaderValue::from_str(&cache) {
         h.insert(header::CACHE_CONTROL, v);
+    }
+    let http_date = modified.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+    if let Ok(v) = HeaderValue::from_str(&http_date) {
+        h.insert(header::LAST_MODIFIED, v);
     }
     response
 }

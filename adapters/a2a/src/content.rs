@@ -128,6 +128,22 @@ pub fn to_blocks(message: &Message, message_id_header: bool) -> Result<Vec<Value
     Ok(blocks)
 }
 
+/// The text of a message as the model read it ([`Prompt::to_model_text`] of
+/// [`to_blocks`], e.g. a resume input) without the `[a2a messageId: ID]`
+/// header that `message_id_header` put in front of it; other text unchanged.
+///
+/// [`Prompt::to_model_text`]: berth_runtime::content::Prompt::to_model_text
+pub fn strip_message_id_header<'a>(text: &'a str, message_id: Option<&str>) -> &'a str {
+    let Some(id) = message_id else {
+        return text;
+    };
+    let header = format!("[a2a messageId: {id}]");
+    match text.strip_prefix(header.as_str()) {
+        Some(rest) => rest.strip_prefix("\n\n").unwrap_or(rest),
+        None => text,
+    }
+}
+
 /// The message id recorded in prompt blocks made by [`to_blocks`].
 pub fn message_id_of(blocks: &[Value]) -> Option<String> {
     blocks

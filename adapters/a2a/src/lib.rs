@@ -44,8 +44,14 @@
 //! [`berth_actors::Principal`] as a request extension, whose actor is
 //! recorded in receipts and whose role is checked per method (observers may
 //! get, list and subscribe; sending and cancelling need a controller;
-//! otherwise -32011 `role_not_authorized`). Without one (the router served
-//! on its own, as in tests) the actor is `a2a` with every right.
+//! otherwise -32011 `role_not_authorized`); contexts it creates record that
+//! actor as their creator. A request the listener admitted without a token
+//! (marked [`berth_actors::auth::Anonymous`], actor [`ANONYMOUS_ACTOR`]) sees
+//! and controls only contexts created by anonymous callers: others answer as
+//! missing tasks (`-32001`), `ListTasks` leaves them out, and their
+//! `contextId` cannot be taken (`-32602`). Without a principal (the router
+//! served on its own, as in tests) the actor is `a2a` with every right and
+//! no creator is recorded.
 
 #![warn(missing_docs)]
 
@@ -74,6 +80,12 @@ pub const PROTOCOL_VERSION: &str = "1.0";
 /// The actor recorded in receipts of A2A-originated controls (cancel,
 /// resume, steer) when the request carries no [`berth_actors::Principal`].
 pub const DEFAULT_ACTOR: &str = "a2a";
+
+/// The actor of callers admitted without a token under a configured
+/// anonymous role (`--a2a-anonymous-role`); such a request carries the
+/// [`berth_actors::auth::Anonymous`] marker and sees and controls only the
+/// contexts created by anonymous callers.
+pub const ANONYMOUS_ACTOR: &str = "a2a-anonymous";
 
 /// One skill on the agent card (A2A spec §4.4.5, `AgentSkill`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,7 +119,8 @@ pub struct A2aOptions {
     /// Card skills (at least one is shown: a default one when empty).
     pub skills: Vec<AgentSkill>,
     /// Sessions created over A2A get `<workspace_root>/<contextId>` as their
-    /// working directory (created on demand).
+    /// working directory (created on demand, 0700 with any missing parent);
+    /// must be absolute (a session's cwd is), and outside the data dir.
     pub workspace_root: PathBuf,
     /// Largest request body (bytes, default 8 MiB).
     pub max_body_bytes: usize,
@@ -117,6 +130,9 @@ pub struct A2aOptions {
     pub max_streams: usize,
     /// `Cache-Control: max-age` of the card (seconds, default 300).
     pub card_max_age_secs: u64,
+    /// The card's `Last-Modified`: when its content was configured (default:
+    /// when these options were made, at whole seconds, as HTTP dates are).
+    pub card_modified: chrono::DateTime<chrono::Utc>,
     /// How long `CancelTask` waits for the turn to stop before answering
     /// with its state at that moment (ms, default 10 000).
     pub cancel_wait_ms: u64,
@@ -145,6 +161,8 @@ impl A2aOptions {
             max_in_flight: 64,
             max_streams: 256,
             card_max_age_secs: 300,
+            card_modified: chrono::DateTime::from_timestamp(chrono::Utc::now().timestamp(), 0)
+                .unwrap_or_default(),
             cancel_wait_ms: 10_000,
             message_ids_in_prompt: false,
         }

@@ -32,7 +32,46 @@ const DEFAULT_PAGE_SIZE: i64 = 50;
 /// One request's context.
 pub(crate) struct Ctx {
     pub shared: Arc<Shared>,
+    /// Who asks (recorded in receipts).
     pub actor: String,
+    /// The creator recorded on contexts this request creates (`None`: a
+    /// local caller, as ACP's stdio records none).
+    pub creator: Option<String>,
+    /// An anonymous caller: it sees and controls only the contexts whose
+    /// recorded creator is its `actor`; any other answers as if it did not
+    /// exist.
+    pub confined: bool,
+}
+
+impl Ctx {
+    /// Whether this caller may see `session_id` (always, unless confined).
+    fn sees(&self, session_id: &SessionId) -> Result<bool, RpcError> {
+        if !self.confined {
+            return Ok(true);
+        }
+        let record = self
+            .shared
+            .node
+            .journal()
+            .session(session_id)
+            .map_err(RpcError::internal)?;
+        Ok(record.is_some_and(|r| self.created(r.created_by.as_deref())))
+    }
+
+    /// Whether a context created by `creator` is this confined caller's.
+    fn created(&self, creator: Option<&str>) -> bool {
+        creator == Some(self.actor.as_str())
+    }
+
+    /// The task id's session and turn, if the caller may see that session;
+    /// `-32001` otherwise (an invisible context answers as a missing one).
+    fn task(&self, id: &str) -> Result<(SessionId, TurnId), RpcError> {
+        let (session_id, turn) = parse_task_id(id).ok_or_else(|| RpcError::task_not_found(id))?;
+        if !self.sees(&session_id)? {
+            return Err(RpcError::task_not_found(id));
+        }
+        Ok((session_id, turn))
+    }
 }
 
 /// Routes a method.
@@ -92,7 +131,7 @@ fn task_error(task: &str) -> impl Fn(ControlError) -> RpcError + '_ {
 
 /// The projection of a task's session from its journal (no watcher).
 fn load(ctx: &Ctx, id: &str) -> Result<(SessionProjection, TurnId), RpcError> {
-    let (session_id, turn_id) = parse_task_id(id).ok_or_else(|| RpcError::task_not_found(id))?;
+    let (session_id, turn_id) = ctx.task(id)?;
     let events = ctx
         .shared
         .node
@@ -164,8 +203,7 @@ async fn send(ctx: &Ctx, params: Value, streaming: bool) -> Result<Answer, RpcEr
     // The target: an existing task, an existing or new context.
     let (session_id, mut turn, action) = match &message.task_id {
         Some(id) => {
-            let (session_id, turn) =
-                parse_task_id(id).ok_or_else(|| RpcError::task_not_found(id))?;
+            let (session_id, turn) = ctx.task(id)?;
             if message
                 .context_id
                 .as_ref()
@@ -318,11 +356,23 @@ async fn send(ctx: &Ctx, params: Value, streaming: bool) -> Result<Answer, RpcEr
 }
 
 /// Makes sure the context's session exists: an unknown `contextId` becomes
-/// a new session with that id (cwd `<workspace_root>/<contextId>`).
+/// a new session with that id (cwd `<workspace_root>/<contextId>`, created
+/// 0700 with the root), recording the caller as its creator. A context a
+/// confined caller may not see cannot be taken: `-32602` on
+/// `message.contextId` (its id is in use), nothing else said about it.
 async fn ensure_context(ctx: &Ctx, session_id: &SessionId) -> Result<(), RpcError> {
     let node = &ctx.shared.node;
+    let unavailable = || {
+        let mut e = RpcError::invalid_params(
+            "message.contextId",
+            "this contextId is not available to this caller: omit it, or choose another",
+        );
+        e.data["reason"] = json!("context_unavailable");
+        e
+    };
     match node.ensure_exists(session_id).await {
-        Ok(()) => return Ok(()),
+        Ok(()) if ctx.sees(session_id)? => return Ok(()),
+        Ok(()) => return Err(unavailable()),
         Err(ControlError::UnknownSession { .. }) => {}
         Err(e) => return Err(e.into()),
     }
@@ -333,30 +383,57 @@ async fn ensure_context(ctx: &Ctx, session_id: &SessionId) -> Result<(), RpcErro
         )
     })?;
     let cwd = ctx.shared.options.workspace_root.join(&session_id.0);
-    std::fs::create_dir_all(&cwd).map_err(|e| {
-        RpcError::internal(format!(
-            "cannot create the context's directory {}: {e}",
-            cwd.display()
-        ))
-    })?;
+    // Not the client's fault: the server's contexts dir is unusable.
+    let path = cwd.display().to_string();
+    let dir_error = |detail: String| {
+        let mut e = RpcError::internal(format!(
+            "the context's working directory {path} is unusable: {detail}"
+        ));
+        e.data = json!({
+            "reason": "context_dir_unusable",
+            "path": path,
+            "detail": detail,
+            "hint": "check the server's --a2a-contexts-dir / [a2a] contexts_dir",
+        });
+        e
+    };
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&cwd)
+            .map_err(|e| dir_error(e.to_string()))?;
+    }
     let created = node
-        .new_session(NewSession {
-            cwd,
-            additional_directories: Vec::new(),
-            mcp_servers: Vec::new(),
-            parent_session_id: None,
-            labels: vec!["a2a".into()],
-            session_id: Some(session_id.clone()),
-        })
+        .new_session_by(
+            NewSession {
+                cwd,
+                additional_directories: Vec::new(),
+                mcp_servers: Vec::new(),
+                parent_session_id: None,
+                labels: vec!["a2a".into()],
+                session_id: Some(session_id.clone()),
+            },
+            ctx.creator.as_deref(),
+        )
         .await;
     match created {
         Ok(_) => Ok(()),
-        // Created meanwhile by a racing request: use it.
+        // Created meanwhile by a racing request: use it if it may.
         Err(ControlError::InvalidParams { .. }) if node.ensure_exists(session_id).await.is_ok() => {
-            Ok(())
+            if ctx.sees(session_id)? {
+                Ok(())
+            } else {
+                Err(unavailable())
+            }
         }
-        Err(ControlError::InvalidParams { reason, .. }) => {
+        Err(ControlError::InvalidParams { field, reason }) if field == "sessionId" => {
             Err(RpcError::invalid_params("message.contextId", reason))
+        }
+        // The session's directory was refused (cwd, roots): the server's.
+        Err(ControlError::InvalidParams { field, reason }) => {
+            Err(dir_error(format!("{field}: {reason}")))
         }
         Err(e) => Err(e.into()),
     }
@@ -524,8 +601,7 @@ fn stream_task(
 /// until a terminal state; a terminal task answers `-32004`.
 async fn subscribe(ctx: &Ctx, params: Value) -> Result<Answer, RpcError> {
     let request: TaskIdRequest = parse(params)?;
-    let (session_id, turn) =
-        parse_task_id(&request.id).ok_or_else(|| RpcError::task_not_found(&request.id))?;
+    let (session_id, turn) = ctx.task(&request.id)?;
     let follower = Follower::attach(&ctx.shared.node, &session_id)
         .await
         .map_err(task_error(&request.id))?;
@@ -552,7 +628,7 @@ async fn subscribe(ctx: &Ctx, params: Value) -> Result<Answer, RpcError> {
 async fn cancel_task(ctx: &Ctx, params: Value) -> Result<Value, RpcError> {
     let request: TaskIdRequest = parse(params)?;
     let id = &request.id;
-    let (session_id, turn) = parse_task_id(id).ok_or_else(|| RpcError::task_not_found(id))?;
+    let (session_id, turn) = ctx.task(id)?;
     let node = &ctx.shared.node;
     let mut follower = Follower::attach(node, &session_id)
         .await
@@ -603,7 +679,8 @@ fn decode_token(token: &str) -> Option<(i64, String)> {
     Some((micros.parse().ok()?, id.to_owned()))
 }
 
-/// `ListTasks` (spec §3.1.4): tasks of every session (or of `contextId`),
+/// `ListTasks` (spec §3.1.4): tasks of every session the caller sees (or of
+/// `contextId`; a confined caller sees only its own contexts),
 /// most recently updated first, cursor-paginated; `totalSize` counts every
 /// match. Reads each session's log from the journal (a full scan when no
 /// `contextId` is given).
@@ -643,13 +720,24 @@ async fn list_tasks(ctx: &Ctx, params: Value) -> Result<Value, RpcError> {
     };
     let node = &ctx.shared.node;
     let sessions: Vec<SessionId> = match &request.context_id {
-        Some(c) if !c.is_empty() => vec![SessionId(c.clone())],
+        Some(c) if !c.is_empty() => {
+            let id = SessionId(c.clone());
+            if ctx.sees(&id)? {
+                vec![id]
+            } else {
+                Vec::new()
+            }
+        }
         _ => {
             let mut ids = Vec::new();
             let mut next: Option<SessionId> = None;
             loop {
                 let (page, more) = node.list(None, next.as_ref(), 500).await?;
-                ids.extend(page.into_iter().map(|s| s.record.session_id));
+                ids.extend(
+                    page.into_iter()
+                        .filter(|s| !ctx.confined || ctx.created(s.record.created_by.as_deref()))
+                        .map(|s| s.record.session_id),
+                );
                 match more {
                     Some(c) => next = Some(c),
                     None => break,

@@ -16,7 +16,7 @@
 //! | a completed `direct_reply` call | an agent history message (`<turn>-reply-<call id>`); it is the status message of the completed task, and [`TaskView::direct_reply`] the Message a blocking send answers with |
 //! | `permission_requested` / `_resolved` | `TASK_STATE_INPUT_REQUIRED` with `metadata.berth.permission` / back to `WORKING` |
 //! | `suspended` (of a turn) | `TASK_STATE_INPUT_REQUIRED` with `metadata.berth.suspension` = `{handle, reason, initiator, conditions, suspendedAt, summary, mode}` |
-//! | `resumed` | `WORKING`; the resume input is a user history message |
+//! | `resumed` | `WORKING`; the resume input is a user history message (without the `[a2a messageId: …]` header the model read) |
 //! | `injection_delivered` | a user history message (a message sent to a working task is a steer) |
 //! | `turn_ended` | `completed` → `COMPLETED`; `refusal` → `REJECTED`; `user_cancelled`, `session_closed`, a parked turn sealed by a fresh-transcript resume → `CANCELED`; anything else (provider or internal error, limits, restart, suspension timeout) → `FAILED`; `metadata.berth.terminal` = `{kind, owner, reason}` |
 
@@ -456,6 +456,8 @@ impl SessionProjection {
                             Value::String(s) => s.clone(),
                             other => other.to_string(),
                         };
+                        let text = content::strip_message_id_header(&text, message_id.as_deref())
+                            .to_owned();
                         let id = message_id
                             .clone()
                             .unwrap_or_else(|| format!("{handle}-input"));

@@ -119,11 +119,16 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
     let Ok(permit) = Arc::clone(&shared.requests).try_acquire_owned() else {
         return busy(shared.options.max_in_flight);
     };
-    let principal = parts
+    // The listener's principal (recorded as the creator of the contexts it
+    // makes), else the router alone: a local caller with every right.
+    let (principal, creator) = match parts.extensions.get::<Principal>() {
+        Some(p) => (p.clone(), Some(p.actor.clone())),
+        None => (Principal::local(DEFAULT_ACTOR), None),
+    };
+    let confined = parts
         .extensions
-        .get::<Principal>()
-        .cloned()
-        .unwrap_or_else(|| Principal::local(DEFAULT_ACTOR));
+        .get::<berth_actors::auth::Anonymous>()
+        .is_some();
     let actor = principal.actor.clone();
     let limit = shared.options.max_body_bytes;
     let bytes = match axum::body::to_bytes(body, limit).await {
@@ -182,6 +187,8 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
     let ctx = crate::methods::Ctx {
         shared: Arc::clone(&shared),
         actor,
+        creator,
+        confined,
     };
     let streaming = matches!(method.as_str(), "SendStreamingMessage" | "SubscribeToTask");
     let stream_permit = if streaming {

@@ -106,6 +106,70 @@ pub async fn authenticate(
     next.run(request).await
 }
 
+/// The JSON-RPC `error.code` of a 401 on a JSON-RPC route (a server error
+/// of the implementation-defined range, JSON-RPC 2.0 §5.1).
+pub const JSONRPC_UNAUTHENTICATED: i64 = -32000;
+
+/// The 401 of a JSON-RPC route: a JSON-RPC error response
+/// (`{"jsonrpc": "2.0", "id": null, "error": {code, message, data}}`, code
+/// [`JSONRPC_UNAUTHENTICATED`]) with `WWW-Authenticate: Bearer`.
+pub fn jsonrpc_unauthenticated(reason: &str) -> Response {
+    let e = ApiError::unauthenticated(reason);
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": JSONRPC_UNAUTHENTICATED, "message": e.message, "data": e.data},
+    });
+    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer realm=\"berth\""),
+    );
+    response
+}
+
+/// Who a JSON-RPC route admits: token holders, and without a token the
+/// configured anonymous principal (none: a token is required).
+#[derive(Debug, Clone)]
+pub struct JsonRpcAuth {
+    /// The configured tokens.
+    pub tokens: Tokens,
+    /// The principal of a request that presents no `Authorization` header.
+    pub anonymous: Option<Principal>,
+}
+
+/// Middleware of a JSON-RPC route: a presented bearer token always decides
+/// (its principal, or a 401 when it is unknown or malformed — never the
+/// anonymous principal); a request with no `Authorization` header gets the
+/// anonymous principal with the [`berth_actors::auth::Anonymous`] marker
+/// when one is configured, a 401 otherwise. Every 401 is a JSON-RPC error
+/// ([`jsonrpc_unauthenticated`]).
+pub async fn authenticate_jsonrpc(
+    State(auth): State<JsonRpcAuth>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match bearer(&request) {
+        Ok(token) => match auth.tokens.principal(token) {
+            Some(p) => {
+                let p = p.clone();
+                request.extensions_mut().insert(p);
+            }
+            None => return jsonrpc_unauthenticated("unknown_token"),
+        },
+        Err("missing_token") if auth.anonymous.is_some() => {
+            if let Some(p) = auth.anonymous.clone() {
+                request.extensions_mut().insert(p);
+                request
+                    .extensions_mut()
+                    .insert(berth_actors::auth::Anonymous);
+            }
+        }
+        Err(reason) => return jsonrpc_unauthenticated(reason),
+    }
+    next.run(request).await
+}
+
 /// Middleware: the route needs `role` (or a higher one); 403 with -32011
 /// `role_not_authorized` otherwise. Runs after [`authenticate`].
 pub async fn require_role(State(role): State<Role>, request: Request, next: Next) -> Response {

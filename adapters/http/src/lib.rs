@@ -23,7 +23,11 @@
 //!    maps to a [`berth_actors::Principal`] (actor id + role), inserted into
 //!    the request's extensions for the adapters; a missing or unknown token
 //!    gets 401 (`WWW-Authenticate: Bearer`) before any handler runs — before
-//!    a WebSocket upgrade too;
+//!    a WebSocket upgrade too. A JSON-RPC endpoint mounted with
+//!    [`HttpServerBuilder::mount_jsonrpc`] (A2A's `POST /`) is checked by
+//!    [`auth::authenticate_jsonrpc`] instead: the same tokens, a JSON-RPC
+//!    error body on its 401s, and optionally an anonymous principal for
+//!    requests that present no token;
 //! 5. the route: [`ops`] (health, readiness, Prometheus metrics, events,
 //!    read-only sessions) or a mounted adapter router (ACP over WebSocket at
 //!    `/acp`, A2A, …), which checks the principal's role per method.

@@ -25,7 +25,7 @@ use berth_actors::Node;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::auth::{authenticate, Tokens};
+use crate::auth::{authenticate, authenticate_jsonrpc, JsonRpcAuth, Tokens};
 use crate::config::HttpConfig;
 use crate::layers::{check_origin, limit_in_flight, Origins};
 use crate::tls::{acceptor, BoundedListener, TlsError};
@@ -62,6 +62,7 @@ pub struct HttpServerBuilder {
     config: HttpConfig,
     authenticated: Vec<Router>,
     public: Vec<Router>,
+    jsonrpc: Vec<(Router, Option<berth_actors::Principal>)>,
 }
 
 impl HttpServerBuilder {
@@ -69,6 +70,20 @@ impl HttpServerBuilder {
     /// caller's [`berth_actors::Principal`] in the request extensions.
     pub fn mount(mut self, router: Router) -> Self {
         self.authenticated.push(router);
+        self
+    }
+
+    /// Serves a JSON-RPC endpoint (A2A's `POST /`) behind the bearer
+    /// tokens with JSON-RPC-shaped 401s ([`crate::auth::authenticate_jsonrpc`]);
+    /// with `anonymous`, a request that presents no token acts as that
+    /// principal (marked [`berth_actors::auth::Anonymous`]), while a presented
+    /// token still decides.
+    pub fn mount_jsonrpc(
+        mut self,
+        router: Router,
+        anonymous: Option<berth_actors::Principal>,
+    ) -> Self {
+        self.jsonrpc.push((router, anonymous));
         self
     }
 
@@ -103,6 +118,16 @@ impl HttpServerBuilder {
             Some(files) => Some(acceptor(&files.cert, &files.key)?),
             None => None,
         };
+        let jsonrpc = self.jsonrpc.into_iter().map(|(router, anonymous)| {
+            router.layer(from_fn_with_state(
+                JsonRpcAuth {
+                    tokens: tokens.clone(),
+                    anonymous,
+                },
+                authenticate_jsonrpc,
+            ))
+        });
+        let jsonrpc: Vec<Router> = jsonrpc.collect();
         let authenticated = self
             .authenticated
             .into_iter()
@@ -111,6 +136,7 @@ impl HttpServerBuilder {
         let public = self
             .public
             .into_iter()
+            .chain(jsonrpc)
             .fold(crate::ops::public_routes(self.node.clone()), Router::merge);
         let app = public
             .merge(authenticated)
@@ -147,6 +173,7 @@ impl HttpServer {
             config,
             authenticated: Vec::new(),
             public: Vec::new(),
+            jsonrpc: Vec::new(),
         }
     }
 
