@@ -183,7 +183,9 @@ pub enum ToolError {
         /// The path given.
         path: String,
     },
-    /// A symlink whose target does not exist (it could point anywhere).
+    /// A symlink whose target does not exist (it could point anywhere). The
+    /// built-in file tools report every symlink as [`ToolError::Symlink`];
+    /// this shape stays so tool results journaled with it still decode.
     #[error("path `{path}` is a symlink that does not resolve")]
     DanglingSymlink {
         /// The path given.
