@@ -28,12 +28,15 @@ use nix::unistd::Pid;
 
 use super::supervisor;
 
+/// A registered tree: the tool call that started it, and its supervisor's
+/// start time (a pid reused later is never killed).
+type Entry = (Option<String>, Option<u64>);
+
 /// The live process trees of one session, by supervisor pid.
 #[derive(Debug, Default)]
 pub struct ProcessGroups {
-    /// supervisor pid (also its pgid) → (the tool call that started it, its
-    /// start time: a pid reused later is never killed).
-    groups: Mutex<BTreeMap<i32, (Option<String>, Option<u64>)>>,
+    /// supervisor pid (also its pgid) → its entry.
+    groups: Mutex<BTreeMap<i32, Entry>>,
     ledger: Option<(Arc<ProcessLedger>, String)>,
 }
 
@@ -109,8 +112,7 @@ impl ProcessGroups {
         }
     }
 
-    #[allow(clippy::type_complexity)]
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, (Option<String>, Option<u64>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, Entry>> {
         // A poisoned set is still a correct set of pids.
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
     }
