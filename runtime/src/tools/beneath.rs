@@ -303,7 +303,8 @@ impl Beneath {
 
     /// Puts `text` at the path: creates missing directories (with
     /// `create_dirs`), writes a temporary file in the same directory and
-    /// renames it over the name, keeping an existing file's permission bits.
+    /// renames it over the name, keeping an existing file's permission bits
+    /// (not set-id bits; the new file is owned by berth's user).
     /// Refuses a name that is a symlink, not a regular file, or a file with
     /// more than one hard link.
     ///
@@ -326,7 +327,7 @@ impl Beneath {
         ) {
             Ok(stat) => {
                 self.replaceable(Entry::of(&stat))?;
-                Some(Mode::from_bits_truncate(stat.st_mode & 0o7777))
+                Some(Mode::from_bits_truncate(stat.st_mode & 0o777))
             }
             Err(Errno::ENOENT) => None,
             Err(e) => return Err(self.errno("write", e)),

@@ -282,4 +282,43 @@ mod tests {
         assert!(gone, "the leaderless group's child was killed");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
+
+    /// The crash-time reap kills what left the process group too: a
+    /// `setsid` child of a supervised command whose berth died.
+    #[tokio::test]
+    async fn the_reap_kills_setsid_children_of_a_dead_berth() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Arc::new(ProcessLedger::open(dir.path()).unwrap());
+        let groups = ProcessGroups::with_ledger(Arc::clone(&ledger), "sess_1");
+        let mut command = tokio::process::Command::new("sh");
+        command
+            .args(["-c", "setsid sleep 30 >/dev/null 2>&1 & echo $!"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped());
+        let mut proc = supervisor::spawn(&mut command).unwrap();
+        groups.register(proc.pid, Some("call_1"));
+        let mut stdout = proc.child.stdout.take().unwrap();
+        let status = proc.status().await.unwrap();
+        assert!(status.success());
+        let mut text = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut text)
+            .await
+            .unwrap();
+        let orphan: i32 = text.trim().parse().unwrap();
+        assert!(supervisor::is_running(orphan));
+        assert!(
+            supervisor::descendants(proc.pid).contains(&orphan),
+            "still under the supervisor"
+        );
+        std::mem::forget(groups); // as if berth died: no Drop, no cleanup
+        assert_eq!(ledger.reap(), vec!["sess_1".to_owned()]);
+        let gone = (0..500).any(|_| {
+            if !supervisor::is_running(orphan) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        });
+        assert!(gone, "the setsid child {orphan} was reaped");
+    }
 }
