@@ -18,8 +18,8 @@
 //! | `[[http.tokens]]` | — | `BERTH_API_KEYS` (`TOKEN=ACTOR:ROLE,…`, added to the file's) |
 //!
 //! The rest (`max_model_calls`, `quick_repair`, `completion_judge`,
-//! `[[budgets]]`, `[prices]`, `[openai]`, `[a2a]`, the other `[http]` bounds) are
-//! file-only.
+//! `[[budgets]]`, `[prices]`, `[openai]`, `[a2a]`, `[tools]`, the other
+//! `[http]` bounds) are file-only.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -34,6 +34,7 @@ use berth_http::{ApiToken, HttpConfig, TlsFiles};
 use berth_runtime::budget::{BudgetPolicy, Price};
 use berth_runtime::model::openai::{OpenAiConfig, OpenAiModel};
 use berth_runtime::model::{self, ModelProvider};
+use berth_runtime::tools::environment::{self, ToolEnvironment};
 use clap::Args;
 use serde::Deserialize;
 
@@ -128,6 +129,19 @@ struct OpenAiSection {
     request_timeout_ms: Option<u64>,
 }
 
+/// `[tools]`: what tool processes get besides the allow-list
+/// (`berth_runtime::tools::environment`).
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct ToolsSection {
+    /// Variables set for every tool process (`NAME = "value"`).
+    #[serde(default)]
+    env: std::collections::BTreeMap<String, String>,
+    /// Variables passed from berth's environment by name (left out when unset).
+    #[serde(default)]
+    pass_env: Vec<String>,
+}
+
 /// `[http]`: the network listener.
 #[derive(Deserialize, Default, Debug)]
 #[serde(deny_unknown_fields)]
@@ -190,6 +204,8 @@ pub struct FileConfig {
     openai: OpenAiSection,
     #[serde(default)]
     http: HttpSection,
+    #[serde(default)]
+    tools: ToolsSection,
     /// `[[budgets]]`: budget policies (limits for all sessions or a label).
     #[serde(default)]
     budgets: Vec<BudgetPolicy>,
@@ -233,6 +249,8 @@ pub struct Settings {
     pub prices: HashMap<String, Price>,
     /// `None`: no network listener.
     pub http: Option<HttpSettings>,
+    /// The environment of every tool process (`[tools]` over the allow-list).
+    pub tool_env: ToolEnvironment,
 }
 
 /// One problem with a configuration: the key (dotted path as in the file,
@@ -450,6 +468,25 @@ impl FileConfig {
                 }
             }
         }
+        // Tool processes never get a secret berth reads, nor one the config
+        // names for a token or an API key.
+        let secret_vars: Vec<&str> = self
+            .http
+            .tokens
+            .iter()
+            .filter_map(|t| t.token_env.as_deref())
+            .chain(self.openai.api_key_env.as_deref())
+            .collect();
+        for (i, name) in self.tools.pass_env.iter().enumerate() {
+            if let Err(e) = environment::check_name(name, &secret_vars) {
+                out.push(problem(format!("tools.pass_env[{i}]"), e));
+            }
+        }
+        for name in self.tools.env.keys() {
+            if let Err(e) = environment::check_name(name, &secret_vars) {
+                out.push(problem(format!("tools.env.{name}"), e));
+            }
+        }
         if self.http.listen.is_none()
             && !listen_elsewhere
             && (self.http.tls_cert.is_some() || !self.http.tokens.is_empty())
@@ -492,6 +529,13 @@ impl FileConfig {
         if args.max_in_flight == Some(0) {
             problems.push(problem("--max-in-flight", "must be at least 1"));
         }
+        let tool_env = ToolEnvironment::new(
+            self.tools.pass_env.iter().map(String::as_str),
+            self.tools
+                .env
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str())),
+        );
         let http = resolve_http(self.http, args, api_keys, &mut problems);
         if !problems.is_empty() {
             let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
@@ -596,6 +640,7 @@ impl FileConfig {
             budgets: self.budgets,
             prices: self.prices,
             http,
+            tool_env,
         })
     }
 }

@@ -341,6 +341,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     node_config.budgets = settings.budgets;
     node_config.prices = settings.prices;
     node_config.receipt_keys = integrity::keys_from_env()?;
+    node_config.tools =
+        berth_runtime::tools::ToolSet::builtin_with(std::sync::Arc::new(settings.tool_env));
     if settings.completion_judge {
         node_config.completion_judge = Some(std::sync::Arc::new(
             berth_runtime::directives::ObjectiveJudge,

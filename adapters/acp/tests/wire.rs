@@ -1212,6 +1212,38 @@ async fn rollback_never_overwrites_blindly_nor_hangs_on_special_files() {
     assert_eq!(error_of(&r).0, -32005);
 }
 
+/// A rollback never writes through a hard link: another name of the file may
+/// be outside the session's directories.
+#[tokio::test]
+async fn rollback_never_writes_through_a_hard_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let a = dir.path().join("a.txt");
+    std::fs::write(&a, "v0").unwrap();
+    c.exchange_prompt(&sid, "write v1").await;
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "v1");
+    // The name now links an outside file holding the turn's text.
+    let target = outside.path().join("t.txt");
+    std::fs::write(&target, "v1").unwrap();
+    std::fs::remove_file(&a).unwrap();
+    std::fs::hard_link(&target, &a).unwrap();
+    let (r, _) = c
+        .exchange("session/rollback", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(r["result"]["status"], "files_conflict", "{r}");
+    assert!(
+        r["result"]["paths"][0]
+            .as_str()
+            .unwrap()
+            .contains("hard links"),
+        "{r}"
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "v1", "untouched");
+}
+
 /// Suspends a session while its "short job" turn runs (finish_step): answers
 /// the suspend's result and the prompt's response.
 async fn suspend_mid_turn(c: &mut Client, sid: &str) -> (Value, Value) {

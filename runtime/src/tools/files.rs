@@ -1,59 +1,31 @@
 //! `read_file` and `write_file`: absolute paths confined to the session's cwd and
 //! additional directories.
 //!
-//! Confinement is checked on the real path: `..` is resolved lexically, then the
-//! deepest existing ancestor is canonicalized (following symlinks) and must lie
-//! under a canonicalized root. A symlink that points out of the roots, or that
-//! does not resolve, is refused. Files are opened with `O_NOFOLLOW` (a symlink
-//! swapped in after the check is not followed) and `O_NONBLOCK` (a FIFO cannot
-//! hang the call), and only regular files are read or replaced.
+//! Every path is resolved beneath a root's directory fd without following any
+//! symlink ([`Beneath`]): a symlink at any component is refused, so a
+//! component swapped for a link while the tool runs reaches nothing outside.
+//! Files are opened with `O_NOFOLLOW` and `O_NONBLOCK` (a FIFO cannot hang the
+//! call), and only regular files are read or replaced. `write_file` writes a
+//! temporary file in the same directory and renames it over the name, and
+//! refuses a file with more than one hard link.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 
 use async_trait::async_trait;
-use nix::fcntl::OFlag;
 use serde_json::{json, Value};
-use std::io::{Read, Write};
+use std::io::Read;
 
+pub use super::beneath::{Beneath, Entry};
 use super::{opt_u64_arg, str_arg, FileChange, Tool, ToolContext, ToolError, ToolOutput};
 use crate::event::ToolKind;
 use crate::model::ToolSpec;
 
-fn io_err(op: &str, path: &Path, e: std::io::Error) -> ToolError {
+fn io_err(op: &str, path: &str, e: std::io::Error) -> ToolError {
     ToolError::Io {
         op: op.into(),
-        path: path.display().to_string(),
+        path: path.into(),
         message: e.to_string(),
     }
-}
-
-/// Removes `.` and resolves `..` without touching the filesystem.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-/// Opens `path` without following a final symlink and without blocking on a
-/// FIFO; for writing, creates or truncates it.
-fn open_no_follow(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let flags = (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits();
-    let mut options = std::fs::OpenOptions::new();
-    if write {
-        options.write(true).create(true).truncate(true);
-    } else {
-        options.read(true);
-    }
-    options.custom_flags(flags).open(path)
 }
 
 /// Runs a tool's filesystem work on the blocking pool in one hop (not one per
@@ -70,47 +42,50 @@ async fn blocking<T: Send + 'static>(
     })
 }
 
-/// Resolves `raw` to a path inside the session's roots.
+/// The real path `raw` names inside the session's roots (a lexical check:
+/// see [`Beneath::locate`]; opening it is [`Beneath`]'s).
 ///
 /// # Errors
 /// [`ToolError::RelativePath`] for a relative path, [`ToolError::OutsideRoots`]
-/// when the real location is outside every root.
+/// when it is under no root.
 pub fn confine(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolError> {
-    let given = Path::new(raw);
-    if !given.is_absolute() {
-        return Err(ToolError::RelativePath { path: raw.into() });
+    Beneath::locate(ctx, raw).map(|at| at.real().to_path_buf())
+}
+
+/// Reads a regular file of at most `limit` bytes beneath the roots: its
+/// bytes, or `None` when it does not exist.
+///
+/// # Errors
+/// [`ToolError::Symlink`], [`ToolError::NotAFile`], [`ToolError::TooLarge`],
+/// I/O errors.
+pub fn read_beneath(at: &Beneath, raw: &str, limit: u64) -> Result<Option<Vec<u8>>, ToolError> {
+    if at.entry()?.is_none() {
+        return Ok(None);
     }
-    let lexical = normalize(given);
-    // Canonicalize the deepest ancestor that exists, then re-append the rest.
-    let mut existing = lexical.as_path();
-    let mut rest = Vec::new();
-    let real_base = loop {
-        match std::fs::canonicalize(existing) {
-            Ok(p) => break p,
-            // It exists but does not resolve: a dangling symlink, which a
-            // write would follow to wherever it points.
-            Err(_) if std::fs::symlink_metadata(existing).is_ok() => {
-                return Err(ToolError::DanglingSymlink { path: raw.into() })
-            }
-            Err(_) => match (existing.parent(), existing.file_name()) {
-                (Some(parent), Some(name)) => {
-                    rest.push(name.to_owned());
-                    existing = parent;
-                }
-                _ => return Err(ToolError::OutsideRoots { path: raw.into() }),
-            },
-        }
-    };
-    let real = rest.iter().rev().fold(real_base, |p, n| p.join(n));
-    let inside = std::iter::once(&ctx.cwd)
-        .chain(&ctx.additional_directories)
-        .filter_map(|root| std::fs::canonicalize(root).ok())
-        .any(|root| real.starts_with(root));
-    if inside {
-        Ok(real)
-    } else {
-        Err(ToolError::OutsideRoots { path: raw.into() })
+    let file = at.open_read()?;
+    let meta = file.metadata().map_err(|e| io_err("read", raw, e))?;
+    if !meta.is_file() {
+        return Err(ToolError::NotAFile { path: raw.into() });
     }
+    if meta.len() > limit {
+        return Err(ToolError::TooLarge {
+            path: raw.into(),
+            size: meta.len(),
+            limit,
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_err("read", raw, e))?;
+    if bytes.len() as u64 > limit {
+        return Err(ToolError::TooLarge {
+            path: raw.into(),
+            size: bytes.len() as u64,
+            limit,
+        });
+    }
+    Ok(Some(bytes))
 }
 
 /// `read_file {path, line?, limit?}`: a text file's content, optionally from a
@@ -182,9 +157,9 @@ impl Tool for ReadFile {
         let raw_path = raw.to_owned();
         let (path, bytes) = blocking(move || {
             let raw = raw_path.as_str();
-            let path = confine(&ctx, raw)?;
-            let file = open_no_follow(&path, false).map_err(|e| io_err("read", &path, e))?;
-            let meta = file.metadata().map_err(|e| io_err("read", &path, e))?;
+            let at = Beneath::locate(&ctx, raw)?;
+            let file = at.open_read()?;
+            let meta = file.metadata().map_err(|e| io_err("read", raw, e))?;
             if !meta.is_file() {
                 return Err(ToolError::NotAFile { path: raw.into() });
             }
@@ -199,8 +174,8 @@ impl Tool for ReadFile {
             let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
             file.take(max_bytes)
                 .read_to_end(&mut bytes)
-                .map_err(|e| io_err("read", &path, e))?;
-            Ok((path, bytes))
+                .map_err(|e| io_err("read", raw, e))?;
+            Ok((at.real().to_path_buf(), bytes))
         })
         .await?;
         let file_bytes = bytes.len();
@@ -275,49 +250,23 @@ impl Tool for WriteFile {
         let (raw_path, text) = (raw.to_owned(), content.to_owned());
         let (path, before) = blocking(move || {
             let raw = raw_path.as_str();
-            let path = confine(&ctx, raw)?;
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| io_err("write", parent, e))?;
-            }
-            let existing = std::fs::symlink_metadata(&path).ok();
-            if existing.as_ref().is_some_and(|m| !m.is_file()) {
-                return Err(ToolError::NotAFile { path: raw.into() });
-            }
+            let at = Beneath::locate(&ctx, raw)?;
             // The old text, so a rollback can restore it (a binary file could
             // not be restored, so it is refused rather than silently lost).
-            let before = match existing {
-                Some(meta) if meta.len() > MAX_REPLACED_BYTES => {
-                    return Err(ToolError::TooLarge {
-                        path: raw.into(),
-                        size: meta.len(),
-                        limit: MAX_REPLACED_BYTES,
-                    })
-                }
-                Some(_) => {
-                    let mut bytes = Vec::new();
-                    open_no_follow(&path, false)
-                        .and_then(|f| f.take(MAX_REPLACED_BYTES + 1).read_to_end(&mut bytes))
-                        .map_err(|e| io_err("read", &path, e))?;
-                    if bytes.len() as u64 > MAX_REPLACED_BYTES {
-                        return Err(ToolError::TooLarge {
-                            path: raw.into(),
-                            size: bytes.len() as u64,
-                            limit: MAX_REPLACED_BYTES,
-                        });
-                    }
+            let before = match at.entry()? {
+                None => None,
+                Some(entry) => {
+                    at.replaceable(entry)?;
+                    let bytes = read_beneath(&at, raw, MAX_REPLACED_BYTES)?.unwrap_or_default();
                     Some(String::from_utf8(bytes).map_err(|_| {
                         ToolError::invalid(format!(
                             "{raw} holds binary data; write_file only replaces text files"
                         ))
                     })?)
                 }
-                None => None,
             };
-            let mut file = open_no_follow(&path, true).map_err(|e| io_err("write", &path, e))?;
-            file.write_all(text.as_bytes())
-                .map_err(|e| io_err("write", &path, e))?;
-            file.flush().map_err(|e| io_err("write", &path, e))?;
-            Ok((path, before))
+            at.replace(text.as_bytes(), true)?;
+            Ok((at.real().to_path_buf(), before))
         })
         .await?;
         Ok(ToolOutput {
@@ -337,7 +286,7 @@ mod tests {
 
     use super::*;
 
-    fn ctx(cwd: &Path, extra: &[&Path]) -> ToolContext {
+    fn ctx(cwd: &std::path::Path, extra: &[&std::path::Path]) -> ToolContext {
         ToolContext {
             additional_directories: extra.iter().map(|p| p.to_path_buf()).collect(),
             ..ToolContext::new(cwd.to_path_buf())
@@ -449,7 +398,7 @@ mod tests {
             )
             .await
             .unwrap_err();
-        assert!(matches!(err, ToolError::OutsideRoots { .. }));
+        assert!(matches!(err, ToolError::Symlink { .. }), "{err:?}");
         assert!(!other.path().join("evil.txt").exists());
     }
 
@@ -467,7 +416,7 @@ mod tests {
             )
             .await
             .unwrap_err();
-        assert!(matches!(err, ToolError::DanglingSymlink { .. }), "{err:?}");
+        assert!(matches!(err, ToolError::Symlink { .. }), "{err:?}");
         assert!(!target.exists(), "nothing was written through the link");
         let fifo = dir.path().join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
@@ -518,5 +467,142 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, ToolError::TooLarge { size: 100, .. }));
+    }
+
+    /// A directory component swapped for a symlink to the outside
+    /// (`renameat2(RENAME_EXCHANGE)`) while the tools run never lets a read
+    /// or a write through.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_component_swapped_for_a_symlink_never_escapes() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root_path = root.path().canonicalize().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "SECRET").unwrap();
+        std::fs::create_dir(root_path.join("d")).unwrap();
+        std::fs::write(root_path.join("d/secret.txt"), "inside").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root_path.join("l")).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, root_path) = (std::sync::Arc::clone(&stop), root_path.clone());
+            std::thread::spawn(move || {
+                let mut swaps = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    nix::fcntl::renameat2(
+                        nix::fcntl::AT_FDCWD,
+                        &root_path.join("d"),
+                        nix::fcntl::AT_FDCWD,
+                        &root_path.join("l"),
+                        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                    )
+                    .unwrap();
+                    swaps += 1;
+                }
+                swaps
+            })
+        };
+        let c = ctx(&root_path, &[]);
+        let (mut escapes, mut reads, mut writes) = (0, 0, 0);
+        for i in 0..300 {
+            let got = ReadFile::default()
+                .call(&c, json!({"path": root_path.join("d/secret.txt")}))
+                .await;
+            if let Ok(out) = got {
+                reads += 1;
+                if out.content.contains("SECRET") {
+                    escapes += 1;
+                }
+            }
+            let wrote = WriteFile
+                .call(
+                    &c,
+                    json!({"path": root_path.join(format!("d/w{i}.txt")), "content": "x"}),
+                )
+                .await;
+            writes += usize::from(wrote.is_ok());
+        }
+        stop.store(true, Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        let written_outside: Vec<_> = std::fs::read_dir(outside.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n != "secret.txt")
+            .collect();
+        assert_eq!(
+            escapes, 0,
+            "{escapes} of {reads} reads returned the outside secret"
+        );
+        assert!(
+            written_outside.is_empty(),
+            "writes escaped to the outside: {written_outside:?}"
+        );
+        assert!(swaps > 300, "the swapper ran ({swaps} swaps)");
+        assert!(
+            reads > 0 && writes > 0,
+            "some calls got through ({reads} reads, {writes} writes)"
+        );
+    }
+
+    /// `write_file` never writes through a hard link (its target may be
+    /// outside the roots).
+    #[tokio::test]
+    async fn a_hard_linked_file_is_not_written() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("target.txt");
+        std::fs::write(&target, "outside").unwrap();
+        let link = root.path().join("link.txt");
+        std::fs::hard_link(&target, &link).unwrap();
+        let c = ctx(root.path(), &[]);
+        let err = WriteFile
+            .call(&c, json!({"path": link, "content": "pwned"}))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ToolError::HardLink { links: 2, .. }),
+            "{err:?}"
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "outside");
+    }
+
+    /// A symlink at any component is refused, even one pointing inside.
+    #[tokio::test]
+    async fn symlink_components_are_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        std::fs::create_dir(r.join("real")).unwrap();
+        std::fs::write(r.join("real/a.txt"), "a").unwrap();
+        std::os::unix::fs::symlink(r.join("real"), r.join("dirlink")).unwrap();
+        std::os::unix::fs::symlink("real/a.txt", r.join("filelink")).unwrap();
+        std::os::unix::fs::symlink("/etc", r.join("abs")).unwrap();
+        let c = ctx(r, &[]);
+        for path in [
+            r.join("dirlink/a.txt"),
+            r.join("filelink"),
+            r.join("abs/passwd"),
+            r.join("dirlink/new/b.txt"),
+        ] {
+            let err = ReadFile::default()
+                .call(&c, json!({"path": path}))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, ToolError::Symlink { .. }),
+                "read {}: {err:?}",
+                path.display()
+            );
+            let err = WriteFile
+                .call(&c, json!({"path": path, "content": "x"}))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, ToolError::Symlink { .. }),
+                "write {}: {err:?}",
+                path.display()
+            );
+        }
+        assert_eq!(std::fs::read_to_string(r.join("real/a.txt")).unwrap(), "a");
+        assert!(!r.join("real/new").exists());
     }
 }

@@ -8,11 +8,14 @@
 //! [`ToolSet`] is what a session offers its model.
 
 pub mod await_resumption;
+pub mod beneath;
 pub mod direct_reply;
+pub mod environment;
 pub mod files;
 pub mod processes;
 pub mod publish_artifact;
 pub mod shell;
+pub mod supervisor;
 pub mod wait_for_file;
 
 use std::collections::BTreeMap;
@@ -24,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use environment::ToolEnvironment;
 pub use processes::{ProcessGroups, ProcessLedger};
 
 use crate::event::ToolKind;
@@ -179,11 +183,31 @@ pub enum ToolError {
         /// The path given.
         path: String,
     },
-    /// A symlink whose target does not exist (it could point anywhere).
+    /// A symlink whose target does not exist (it could point anywhere). The
+    /// built-in file tools report every symlink as [`ToolError::Symlink`];
+    /// this shape stays so tool results journaled with it still decode.
     #[error("path `{path}` is a symlink that does not resolve")]
     DanglingSymlink {
         /// The path given.
         path: String,
+    },
+    /// A symlink at some component of the path (the file tools follow
+    /// none: a link could be swapped to point anywhere between a check and
+    /// the open).
+    #[error("path `{path}` goes through a symlink; the file tools follow none")]
+    Symlink {
+        /// The path given.
+        path: String,
+    },
+    /// A regular file with more than one hard link: another name of it may
+    /// lie outside the session's directories, so `write_file` does not
+    /// replace it.
+    #[error("file `{path}` has {links} hard links; write_file replaces only a file with one")]
+    HardLink {
+        /// The path given.
+        path: String,
+        /// Its link count.
+        links: u64,
     },
     /// Not a regular file (a directory, FIFO, device, socket…).
     #[error("path `{path}` is not a regular file")]
@@ -311,10 +335,19 @@ pub struct ToolSet {
 impl ToolSet {
     /// `shell`, `read_file`, `write_file`, `wait_for_file`,
     /// `await_resumption`, `publish_artifact` and `direct_reply` with their
-    /// default bounds.
+    /// default bounds; tool processes get the allow-listed environment alone
+    /// ([`ToolEnvironment::allowed`]).
     pub fn builtin() -> Self {
+        Self::builtin_with(Arc::new(ToolEnvironment::allowed()))
+    }
+
+    /// [`ToolSet::builtin`] whose tool processes get exactly `env`.
+    pub fn builtin_with(env: Arc<ToolEnvironment>) -> Self {
         let mut set = Self::default();
-        set.insert(Arc::new(shell::Shell::default()));
+        set.insert(Arc::new(shell::Shell {
+            env,
+            ..shell::Shell::default()
+        }));
         set.insert(Arc::new(files::ReadFile::default()));
         set.insert(Arc::new(files::WriteFile));
         set.insert(Arc::new(wait_for_file::WaitForFile::default()));

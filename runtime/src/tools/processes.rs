@@ -1,15 +1,20 @@
-//! The process groups a session started, so cancel can reach them — even
+//! The process trees a session started, so cancel can reach them — even
 //! across a crash of berth itself.
 //!
-//! Every `shell` call runs in a new process group whose id is registered here.
-//! A backgrounded child (`sleep 60 &`) stays in that group after the call
-//! returns, so the group stays registered until it is empty or killed;
-//! `session/cancel` and `session/close` kill every registered group
-//! (`remote-session-control.md`, "Stop": processes the session started are killed).
+//! Every `shell` call runs under a supervisor of its own (a child subreaper in
+//! a new process group, see [`supervisor`](super::supervisor)) whose pid is
+//! registered here. A backgrounded child (`sleep 60 &`, `setsid sleep 60 &`)
+//! stays under that supervisor after the call returns, and the supervisor
+//! lives until the last of them is gone, so the entry stays registered until
+//! then or until it is killed; `session/cancel`, `session/close` and
+//! `session/cancel_tool_call` kill every process under the registered
+//! supervisors and the supervisors themselves ([`supervisor::kill_tree`])
+//! (`remote-session-control.md`, "Stop": processes the session started are
+//! killed).
 //!
 //! A [`ProcessLedger`] mirrors the registered groups as small files in the data
 //! dir. If berth is killed, its children outlive it; at the next start-up
-//! [`ProcessLedger::reap`] kills every group still listed whose leader is the
+//! [`ProcessLedger::reap`] kills every tree still listed whose supervisor is the
 //! same process (pid and start time match, so a reused pid is never hit). Plain
 //! writes suffice: the ledger must survive the death of the berth process, not
 //! of the machine (which takes the children with it).
@@ -18,14 +23,20 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::killpg;
 use nix::unistd::Pid;
 
-/// The live process groups of one session.
+use super::supervisor;
+
+/// A registered tree: the tool call that started it, and its supervisor's
+/// start time (a pid reused later is never killed).
+type Entry = (Option<String>, Option<u64>);
+
+/// The live process trees of one session, by supervisor pid.
 #[derive(Debug, Default)]
 pub struct ProcessGroups {
-    /// pgid → the tool call that started the group.
-    groups: Mutex<BTreeMap<i32, Option<String>>>,
+    /// supervisor pid (also its pgid) → its entry.
+    groups: Mutex<BTreeMap<i32, Entry>>,
     ledger: Option<(Arc<ProcessLedger>, String)>,
 }
 
@@ -38,53 +49,55 @@ impl ProcessGroups {
         }
     }
 
-    /// Registers a process group id (the leader's pid) started by tool call
-    /// `call` (if known).
+    /// Registers a supervisor's pid (also its process group id) started by
+    /// tool call `call` (if known).
     pub fn register(&self, pgid: i32, call: Option<&str>) {
-        self.lock().insert(pgid, call.map(str::to_owned));
+        self.lock()
+            .insert(pgid, (call.map(str::to_owned), start_time(pgid)));
         if let Some((ledger, session)) = &self.ledger {
             ledger.record(pgid, session);
         }
     }
 
-    /// Sends SIGKILL to every registered group and forgets them. Returns how
-    /// many groups were still alive.
+    /// Kills every registered tree (SIGKILL) and forgets them. Returns how
+    /// many were still alive.
     pub fn kill_all(&self) -> usize {
         let groups = std::mem::take(&mut *self.lock());
         groups
-            .into_keys()
-            .filter(|&pgid| {
-                let alive = killpg(Pid::from_raw(pgid), Signal::SIGKILL).is_ok();
-                self.forget(pgid);
-                alive
-            })
-            .count()
-    }
-
-    /// Sends SIGKILL to the groups tool call `call` started and forgets them
-    /// (`session/cancel_tool_call`). Returns how many were still alive.
-    pub fn kill_call(&self, call: &str) -> usize {
-        let mut groups = self.lock();
-        let mine: Vec<i32> = groups
-            .iter()
-            .filter(|(_, c)| c.as_deref() == Some(call))
-            .map(|(&pgid, _)| pgid)
-            .collect();
-        mine.into_iter()
-            .filter(|pgid| {
-                groups.remove(pgid);
-                let alive = killpg(Pid::from_raw(*pgid), Signal::SIGKILL).is_ok();
+            .into_iter()
+            .filter(|(pgid, (_, started))| {
+                let alive = kill_recorded(*pgid, *started);
                 self.forget(*pgid);
                 alive
             })
             .count()
     }
 
-    /// Forgets groups that have no members left. Returns how many are alive.
+    /// Kills the trees tool call `call` started and forgets them
+    /// (`session/cancel_tool_call`). Returns how many were still alive.
+    pub fn kill_call(&self, call: &str) -> usize {
+        let mut groups = self.lock();
+        let mine: Vec<(i32, Option<u64>)> = groups
+            .iter()
+            .filter(|(_, (c, _))| c.as_deref() == Some(call))
+            .map(|(&pgid, (_, started))| (pgid, *started))
+            .collect();
+        mine.into_iter()
+            .filter(|(pgid, started)| {
+                groups.remove(pgid);
+                let alive = kill_recorded(*pgid, *started);
+                self.forget(*pgid);
+                alive
+            })
+            .count()
+    }
+
+    /// Forgets trees whose supervisor has exited (nothing is left under it).
+    /// Returns how many are alive.
     pub fn prune(&self) -> usize {
         let mut groups = self.lock();
-        groups.retain(|&pgid, _| {
-            let alive = killpg(Pid::from_raw(pgid), None).is_ok();
+        groups.retain(|&pgid, (_, started)| {
+            let alive = is_same(pgid, *started);
             if !alive {
                 self.forget(pgid);
             }
@@ -99,7 +112,7 @@ impl ProcessGroups {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, Option<String>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, Entry>> {
         // A poisoned set is still a correct set of pids.
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -113,8 +126,27 @@ impl Drop for ProcessGroups {
     }
 }
 
-/// Process groups started by this berth, one file per group in a directory:
-/// `<pgid>` containing `<leader start time> <owner>`.
+/// Whether `pid` is still the running process that started at `started`.
+fn is_same(pid: i32, started: Option<u64>) -> bool {
+    supervisor::is_running(pid) && started.is_some_and(|s| start_time(pid) == Some(s))
+}
+
+/// Kills the tree under supervisor `pid` if it is still the recorded
+/// process, and its group (whose id is not handed out again while the group
+/// has members). Returns whether anything was alive.
+fn kill_recorded(pid: i32, started: Option<u64>) -> bool {
+    if pid <= 1 {
+        return false;
+    }
+    if is_same(pid, started) {
+        supervisor::kill_tree(pid)
+    } else {
+        killpg(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).is_ok()
+    }
+}
+
+/// Process trees started by this berth, one file per supervisor in a
+/// directory: `<pid>` containing `<start time> <owner>`.
 #[derive(Debug)]
 pub struct ProcessLedger {
     dir: PathBuf,
@@ -172,8 +204,8 @@ impl ProcessLedger {
         let _ = std::fs::remove_file(self.dir.join(pgid.to_string()));
     }
 
-    /// Kills every listed group whose leader is still the process that was
-    /// recorded, and empties the ledger. Call once at start-up, before any
+    /// Kills every listed tree (and group) whose supervisor is still the
+    /// process that was recorded, and empties the ledger. Call once at start-up, before any
     /// session runs. Returns the owners of the groups killed.
     pub fn reap(&self) -> Vec<String> {
         let mut killed = Vec::new();
@@ -189,9 +221,7 @@ impl ProcessLedger {
             let record = std::fs::read_to_string(&path).unwrap_or_default();
             let (started, owner) = record.split_once(' ').unwrap_or(("", ""));
             if let Some(pgid) = pgid.filter(|&p| p > 1) {
-                if is_recorded_group(pgid, started)
-                    && killpg(Pid::from_raw(pgid), Signal::SIGKILL).is_ok()
-                {
+                if is_recorded_group(pgid, started) && supervisor::kill_tree(pgid) {
                     killed.push(owner.to_owned());
                 }
             }
@@ -251,5 +281,44 @@ mod tests {
         });
         assert!(gone, "the leaderless group's child was killed");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// The crash-time reap kills what left the process group too: a
+    /// `setsid` child of a supervised command whose berth died.
+    #[tokio::test]
+    async fn the_reap_kills_setsid_children_of_a_dead_berth() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Arc::new(ProcessLedger::open(dir.path()).unwrap());
+        let groups = ProcessGroups::with_ledger(Arc::clone(&ledger), "sess_1");
+        let mut command = tokio::process::Command::new("sh");
+        command
+            .args(["-c", "setsid sleep 30 >/dev/null 2>&1 & echo $!"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped());
+        let mut proc = supervisor::spawn(&mut command).unwrap();
+        groups.register(proc.pid, Some("call_1"));
+        let mut stdout = proc.child.stdout.take().unwrap();
+        let status = proc.status().await.unwrap();
+        assert!(status.success());
+        let mut text = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut text)
+            .await
+            .unwrap();
+        let orphan: i32 = text.trim().parse().unwrap();
+        assert!(supervisor::is_running(orphan));
+        assert!(
+            supervisor::descendants(proc.pid).contains(&orphan),
+            "still under the supervisor"
+        );
+        std::mem::forget(groups); // as if berth died: no Drop, no cleanup
+        assert_eq!(ledger.reap(), vec!["sess_1".to_owned()]);
+        let gone = (0..500).any(|_| {
+            if !supervisor::is_running(orphan) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        });
+        assert!(gone, "the setsid child {orphan} was reaped");
     }
 }

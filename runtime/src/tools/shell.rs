@@ -1,11 +1,14 @@
 //! The `shell` tool: `sh -c COMMAND` in the session's cwd.
 //!
-//! Each call runs in its own process group (registered in the session's
-//! [`ProcessGroups`](super::ProcessGroups), so cancel kills it and any background
-//! children). stdout and stderr are captured up to a byte bound each; the rest is
-//! read and counted but dropped. A call ends when the shell exits; output that
-//! background children keep writing afterwards is not waited for beyond a short
-//! grace period.
+//! Each call runs under its own supervisor ([`supervisor`](super::supervisor):
+//! a child subreaper that every process the command starts stays under, even
+//! one that left the process group with `setsid`), registered in the session's
+//! [`ProcessGroups`](super::ProcessGroups), so cancel and close kill the whole
+//! tree. The shell gets exactly the configured [`ToolEnvironment`], never
+//! berth's own environment. stdout and stderr are captured up to a byte bound
+//! each; the rest is read and counted but dropped. A call ends when the shell
+//! exits; output that background children keep writing afterwards is not
+//! waited for beyond a short grace period.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -16,7 +19,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
-use super::{opt_u64_arg, str_arg, Tool, ToolContext, ToolError, ToolOutput};
+use super::environment::ToolEnvironment;
+use super::{opt_u64_arg, str_arg, supervisor, Tool, ToolContext, ToolError, ToolOutput};
 use crate::event::ToolKind;
 use crate::model::ToolSpec;
 
@@ -31,6 +35,8 @@ pub struct Shell {
     pub output_limit_bytes: usize,
     /// Timeout when the call gives none (ms, default 600 000).
     pub default_timeout_ms: u64,
+    /// The environment the shell gets (default: the allow-list alone).
+    pub env: Arc<ToolEnvironment>,
 }
 
 impl Default for Shell {
@@ -38,6 +44,19 @@ impl Default for Shell {
         Self {
             output_limit_bytes: 64 * 1024,
             default_timeout_ms: 600_000,
+            env: Arc::new(ToolEnvironment::allowed()),
+        }
+    }
+}
+
+/// Kills a call's process tree if the call is dropped before its shell
+/// exited (its future abandoned).
+struct KillUnlessDone(Option<i32>);
+
+impl Drop for KillUnlessDone {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            supervisor::kill_tree(pid);
         }
     }
 }
@@ -102,57 +121,44 @@ impl Tool for Shell {
     }
 
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
-        let command = str_arg(&arguments, "command")?;
+        let command_line = str_arg(&arguments, "command")?;
         let timeout_ms = opt_u64_arg(&arguments, "timeout_ms")?.unwrap_or(self.default_timeout_ms);
-        let mut child = Command::new("sh")
+        let mut command = Command::new("sh");
+        command
             .arg("-c")
-            .arg(command)
+            .arg(command_line)
             .current_dir(&ctx.cwd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| ToolError::Io {
-                op: "spawn".into(),
-                path: command.into(),
-                message: e.to_string(),
-            })?;
-        if let Some(pid) = child.id() {
-            ctx.processes.register(pid as i32, ctx.call_id.as_deref());
-        }
+            .stderr(Stdio::piped());
+        self.env.apply(&mut command);
+        let mut proc = supervisor::spawn(&mut command).map_err(|e| ToolError::Io {
+            op: "spawn".into(),
+            path: command_line.into(),
+            message: e.to_string(),
+        })?;
+        let mut guard = KillUnlessDone(Some(proc.pid));
+        ctx.processes.register(proc.pid, ctx.call_id.as_deref());
         let (out, err) = (Arc::default(), Arc::default());
         let readers = [
-            child
+            proc.child
                 .stdout
                 .take()
                 .map(|p| tokio::spawn(capture(p, self.output_limit_bytes, Arc::clone(&out)))),
-            child
+            proc.child
                 .stderr
                 .take()
                 .map(|p| tokio::spawn(capture(p, self.output_limit_bytes, Arc::clone(&err)))),
         ];
         let status =
-            match tokio::time::timeout(Duration::from_millis(timeout_ms), child.wait()).await {
-                Ok(Ok(status)) => status,
-                Ok(Err(e)) => {
-                    return Err(ToolError::Io {
-                        op: "wait".into(),
-                        path: command.into(),
-                        message: e.to_string(),
-                    })
-                }
+            match tokio::time::timeout(Duration::from_millis(timeout_ms), proc.status()).await {
+                Ok(status) => status,
                 Err(_) => {
-                    if let Some(pid) = child.id() {
-                        let _ = nix::sys::signal::killpg(
-                            nix::unistd::Pid::from_raw(pid as i32),
-                            nix::sys::signal::Signal::SIGKILL,
-                        );
-                    }
+                    // The guard kills the whole tree.
                     return Err(ToolError::Timeout { timeout_ms });
                 }
             };
+        guard.0 = None;
         for reader in readers.into_iter().flatten() {
             let abort = reader.abort_handle();
             if tokio::time::timeout(Duration::from_millis(PIPE_GRACE_MS), reader)
@@ -165,7 +171,8 @@ impl Tool for Shell {
         ctx.processes.prune();
         let (stdout, stdout_bytes, stdout_truncated) = take(&out);
         let (stderr, stderr_bytes, stderr_truncated) = take(&err);
-        let exit_code = status.code();
+        // No status: the supervisor was killed (a stop) before the shell exited.
+        let exit_code = status.and_then(|s| s.code());
         let mut content = format!(
             "exit code: {}\n",
             exit_code.map_or_else(|| "killed by signal".to_owned(), |c| c.to_string())
@@ -284,5 +291,93 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err, ToolError::Timeout { timeout_ms: 50 });
+    }
+
+    fn running(pid: i32) -> bool {
+        supervisor::is_running(pid)
+    }
+
+    /// Waits (bounded) until none of `pids` runs; those still running.
+    async fn survivors(pids: &[i32]) -> Vec<i32> {
+        for _ in 0..500 {
+            if pids.iter().all(|&p| !running(p)) {
+                return Vec::new();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        pids.iter().copied().filter(|&p| running(p)).collect()
+    }
+
+    /// Processes that left the call's process group (`setsid`, a double
+    /// fork) are killed with it, by `kill_all` and by `kill_call`.
+    #[tokio::test]
+    async fn processes_that_left_the_group_are_killed_too() {
+        for by_call in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let c = ToolContext {
+                call_id: Some("call_1".into()),
+                ..ctx(dir.path())
+            };
+            let out = Shell::default()
+                .call(
+                    &c,
+                    json!({"command": "setsid sleep 30 >/dev/null 2>&1 & echo $!; \
+                        (setsid sh -c 'sleep 30 & echo $!' >pid2 &) ; \
+                        while [ ! -s pid2 ]; do sleep 0.01; done; cat pid2"}),
+                )
+                .await
+                .unwrap();
+            let pids: Vec<i32> = out.raw["stdout"]
+                .as_str()
+                .unwrap()
+                .lines()
+                .map(|l| l.trim().parse().unwrap())
+                .collect();
+            assert_eq!(pids.len(), 2, "{out:?}");
+            for &pid in &pids {
+                assert!(running(pid), "{pid} outlives the call until a stop");
+            }
+            let killed = if by_call {
+                c.processes.kill_call("call_1")
+            } else {
+                c.processes.kill_all()
+            };
+            assert_eq!(killed, 1);
+            let left = survivors(&pids).await;
+            for &pid in &left {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            assert!(left.is_empty(), "by_call {by_call}: {left:?} survived");
+        }
+    }
+
+    /// The shell sees the allow-list and the configured variables, nothing
+    /// else of berth's environment.
+    #[tokio::test]
+    async fn the_environment_is_explicit() {
+        let dir = tempfile::tempdir().unwrap();
+        let shell = Shell {
+            env: Arc::new(ToolEnvironment::new(["CARGO_PKG_NAME"], [("X_SET", "1")])),
+            ..Shell::default()
+        };
+        let out = shell
+            .call(&ctx(dir.path()), json!({"command": "env"}))
+            .await
+            .unwrap();
+        let stdout = out.raw["stdout"].as_str().unwrap();
+        assert!(
+            std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
+            "cargo sets it"
+        );
+        assert!(!stdout.contains("CARGO_MANIFEST_DIR"), "{stdout}");
+        assert!(stdout.lines().any(|l| l == "X_SET=1"), "{stdout}");
+        assert!(
+            stdout.lines().any(|l| l == "CARGO_PKG_NAME=berth-runtime"),
+            "{stdout}"
+        );
+        assert!(stdout.lines().any(|l| l.starts_with("PATH=")), "{stdout}");
     }
 }

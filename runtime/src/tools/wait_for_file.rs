@@ -15,6 +15,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::beneath::Beneath;
 use super::files::confine;
 use super::{
     opt_u64_arg, str_arg, ResumeInput, Tool, ToolContext, ToolContinuation, ToolError, ToolExit,
@@ -70,8 +71,17 @@ impl WaitForFile {
     /// is requested.
     async fn wait(&self, ctx: &ToolContext, wait: Wait) -> Result<ToolExit, ToolError> {
         loop {
-            // symlink_metadata: a dangling symlink counts as present.
-            let present = tokio::fs::symlink_metadata(&wait.path).await.is_ok();
+            // Resolved beneath the roots each time, following no symlink; a
+            // symlink as the last component counts as present.
+            let present = {
+                let (ctx, path) = (ctx.clone(), wait.path.display().to_string());
+                tokio::task::spawn_blocking(move || {
+                    Beneath::locate(&ctx, &path).and_then(|at| at.entry())
+                })
+                .await
+                .unwrap_or(Ok(None))?
+                .is_some()
+            };
             if present == wait.exists {
                 let verb = if wait.exists { "exists" } else { "is gone" };
                 return Ok(ToolExit::Done(ToolOutput {

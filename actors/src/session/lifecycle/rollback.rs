@@ -6,11 +6,9 @@
 //! changed are put back to their text before (rollback) or after (redo) the
 //! turn; effects of `shell` commands are not tracked and not undone.
 
-use std::path::Path;
-
 use berth_runtime::event::{ControlStatus, SessionEvent};
 use berth_runtime::history::Transcript;
-use berth_runtime::tools::files::confine;
+use berth_runtime::tools::files::{read_beneath, Beneath, Entry, MAX_REPLACED_BYTES};
 use berth_runtime::tools::{FileChange, ToolContext};
 use berth_storage::Batch;
 use serde_json::{json, Value};
@@ -19,29 +17,26 @@ use super::super::receipt::{receipt, rejected};
 use super::super::SessionState;
 use crate::error::ControlError;
 
-/// Puts `text` at `path` (or removes it for `None`) without following a
-/// final symlink and without blocking on a FIFO.
-fn restore(path: &Path, text: Option<&str>) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+/// Puts `text` at the change's path (or removes it for `None`), resolved
+/// beneath the session's roots as `write_file` resolves it: no symlink
+/// followed, a temporary file renamed over the name, never a hard-linked file.
+fn restore(ctx: &ToolContext, change: &FileChange, text: Option<&str>) -> Result<(), String> {
+    let shown = change.path.display().to_string();
+    let at = Beneath::locate(ctx, &shown).map_err(|e| e.to_string())?;
     match text {
-        Some(text) => {
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            let flags = (nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits();
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .custom_flags(flags)
-                .open(path)?;
-            file.write_all(text.as_bytes())
-        }
-        None => match std::fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+        Some(text) => at.replace(text.as_bytes(), true),
+        None => match at.entry().map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(entry) => at.replaceable(entry).and_then(|()| at.remove()),
         },
+    }
+    .map_err(|e| e.to_string())
+}
+
+fn session_ctx(state: &SessionState) -> ToolContext {
+    ToolContext {
+        additional_directories: state.record.additional_directories.clone(),
+        ..ToolContext::new(state.record.cwd.clone())
     }
 }
 
@@ -49,48 +44,55 @@ fn restore(path: &Path, text: Option<&str>) -> std::io::Result<()> {
 /// directories (or behind a symlink), something that is not a regular file,
 /// or a file changed since the checkpoint (it is never overwritten blindly).
 fn check_files(state: &SessionState, changes: &[FileChange], redo: bool) -> Vec<String> {
-    let ctx = ToolContext {
-        additional_directories: state.record.additional_directories.clone(),
-        ..ToolContext::new(state.record.cwd.clone())
-    };
+    let ctx = session_ctx(state);
     let mut problems = Vec::new();
     for change in changes {
         let shown = change.path.display().to_string();
         let expected = if redo { &change.before } else { &change.after };
-        match confine(&ctx, &shown) {
-            Ok(real) if real != change.path => {
-                problems.push(format!("{shown}: now resolves to {}", real.display()))
+        let at = match Beneath::locate(&ctx, &shown) {
+            Ok(at) if at.real() != change.path => {
+                problems.push(format!("{shown}: now resolves to {}", at.real().display()));
+                continue;
             }
+            Err(e) => {
+                problems.push(format!("{shown}: {e}"));
+                continue;
+            }
+            Ok(at) => at,
+        };
+        match at.entry() {
             Err(e) => problems.push(format!("{shown}: {e}")),
-            Ok(_) => match std::fs::symlink_metadata(&change.path) {
-                Ok(meta) if !meta.is_file() => {
-                    problems.push(format!("{shown}: not a regular file"))
-                }
-                Ok(_) => {
-                    let current = std::fs::read(&change.path)
-                        .ok()
-                        .map(|b| String::from_utf8_lossy(&b).into_owned());
+            Ok(Some(entry @ Entry::File { .. })) => match at
+                .replaceable(entry)
+                .and_then(|()| read_beneath(&at, &shown, MAX_REPLACED_BYTES))
+            {
+                Err(e) => problems.push(format!("{shown}: {e}")),
+                Ok(current) => {
+                    let current = current.map(|b| String::from_utf8_lossy(&b).into_owned());
                     if current.as_deref() != expected.as_deref() {
                         problems.push(format!("{shown}: changed since the checkpoint"));
                     }
                 }
-                Err(_) if expected.is_some() => {
-                    problems.push(format!("{shown}: deleted since the checkpoint"))
-                }
-                Err(_) => {}
             },
+            Ok(Some(Entry::Symlink)) => problems.push(format!("{shown}: a symlink")),
+            Ok(Some(Entry::Other)) => problems.push(format!("{shown}: not a regular file")),
+            Ok(None) if expected.is_some() => {
+                problems.push(format!("{shown}: deleted since the checkpoint"))
+            }
+            Ok(None) => {}
         }
     }
     problems
 }
 
 fn restore_all<'a>(
+    ctx: &ToolContext,
     changes: impl Iterator<Item = &'a FileChange>,
     after: bool,
 ) -> Result<(), ControlError> {
     for change in changes {
         let text = if after { &change.after } else { &change.before };
-        restore(&change.path, text.as_deref()).map_err(|e| {
+        restore(ctx, change, text.as_deref()).map_err(|e| {
             ControlError::ActorFailed(format!("cannot restore {}: {e}", change.path.display()))
         })?;
     }
@@ -167,10 +169,11 @@ pub(crate) async fn rollback(
         }));
     }
     // Files first (the effect), newest change undone first.
+    let ctx = session_ctx(state);
     if redo {
-        restore_all(checkpoint.files.iter(), true)?;
+        restore_all(&ctx, checkpoint.files.iter(), true)?;
     } else {
-        restore_all(checkpoint.files.iter().rev(), false)?;
+        restore_all(&ctx, checkpoint.files.iter().rev(), false)?;
     }
     let mut record = state.record.clone();
     record.checkpoint_head = if redo { seq } else { seq - 1 };

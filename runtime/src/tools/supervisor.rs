@@ -1,0 +1,224 @@
+//! Every process berth starts for a session runs under a supervisor of its
+//! own, so a stop reaches the processes that left the process group
+//! (`setsid`, a double fork) too.
+//!
+//! [`spawn`] forks the supervisor from the spawned child before it execs (in
+//! `pre_exec`): the supervisor marks itself a child subreaper
+//! (`PR_SET_CHILD_SUBREAPER`), forks the command, and then only reaps. Every
+//! process the command starts is therefore its descendant for as long as it
+//! lives — an orphan is re-parented to the supervisor, not to init — and the
+//! supervisor lives until the last of them is gone, so orphans of a call stay
+//! attributed to it after the shell exits. The command's wait status goes to
+//! berth over a pipe as it exits ([`Supervised::status`]), so a call ends when
+//! its shell does. [`kill_tree`] kills a supervisor's descendants (walking
+//! `/proc`, again until none remain) and then the supervisor.
+//!
+//! The supervisor runs between `fork` and `exec` of a multi-threaded process,
+//! so it makes only async-signal-safe system calls (no allocation, no locks).
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+
+use nix::fcntl::OFlag;
+use nix::libc;
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
+
+/// A supervised command.
+#[derive(Debug)]
+pub struct Supervised {
+    /// The supervisor's pid (also its process group id).
+    pub pid: i32,
+    /// The supervisor (reaped by tokio once it exits, after this is dropped).
+    pub child: tokio::process::Child,
+    status: tokio::net::unix::pipe::Receiver,
+}
+
+impl Supervised {
+    /// The command's wait status when it exits; `None` when the supervisor
+    /// died first (it was killed: a stop or a timeout).
+    pub async fn status(&mut self) -> Option<ExitStatus> {
+        let mut raw = [0u8; 4];
+        self.status.read_exact(&mut raw).await.ok()?;
+        Some(ExitStatus::from_raw(i32::from_ne_bytes(raw)))
+    }
+}
+
+/// Spawns `command` under a supervisor (see the [module docs](self)) in a new
+/// process group. Its stdio and environment are the command's.
+///
+/// # Errors
+/// The pipe, the fork or the spawn failed.
+pub fn spawn(command: &mut tokio::process::Command) -> io::Result<Supervised> {
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    let status_fd = write.as_raw_fd();
+    // SAFETY: the closure makes only async-signal-safe calls (see
+    // `supervise`), as code between fork and exec must.
+    unsafe {
+        command.pre_exec(move || become_supervisor(status_fd));
+    }
+    let child = command.process_group(0).kill_on_drop(false).spawn()?;
+    drop::<OwnedFd>(write);
+    let pid = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .ok_or_else(|| io::Error::other("the supervisor has no pid"))?;
+    let status = tokio::net::unix::pipe::Receiver::from_owned_fd(read)?;
+    Ok(Supervised { pid, child, status })
+}
+
+/// In the forked child: becomes the subreaper and forks the command, which
+/// returns to `exec`; the supervisor itself never returns.
+fn become_supervisor(status_fd: RawFd) -> io::Result<()> {
+    // SAFETY: plain system calls on this process.
+    unsafe {
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        match libc::fork() {
+            -1 => Err(io::Error::last_os_error()),
+            // The command: `exec` follows; `status_fd` is close-on-exec.
+            0 => Ok(()),
+            command => supervise(command, status_fd),
+        }
+    }
+}
+
+/// The supervisor's loop: reap every descendant, report the command's wait
+/// status on `status_fd`, exit when none is left.
+///
+/// # Safety
+/// Only in a child between fork and exec; never returns.
+unsafe fn supervise(command: libc::pid_t, status_fd: RawFd) -> ! {
+    // SAFETY: async-signal-safe calls only.
+    unsafe {
+        // berth's handlers are not ours (their fds are closed below).
+        for signal in [
+            libc::SIGCHLD,
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+        ] {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+        // berth gone (its end of the pipe closed) must not kill the
+        // supervisor: its processes would leave for init.
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        close_all_but(status_fd);
+        let mut reported = false;
+        loop {
+            let mut status: libc::c_int = 0;
+            let pid = libc::waitpid(-1, &mut status, 0);
+            if pid == command && !reported {
+                let bytes = status.to_ne_bytes();
+                libc::write(status_fd, bytes.as_ptr().cast(), bytes.len());
+                libc::close(status_fd);
+                reported = true;
+            } else if pid < 0 && *libc::__errno_location() != libc::EINTR {
+                // ECHILD: nothing left.
+                break;
+            }
+        }
+        libc::_exit(0)
+    }
+}
+
+/// Closes every fd but `keep` (berth's pipes and sockets, the command's
+/// stdio): the supervisor holds nothing open that a reader waits on.
+unsafe fn close_all_but(keep: RawFd) {
+    let keep = u32::try_from(keep).unwrap_or(0);
+    // SAFETY: closing fds of this child only.
+    unsafe {
+        let low = keep == 0 || libc::syscall(libc::SYS_close_range, 0u32, keep - 1, 0u32) == 0;
+        let high = libc::syscall(libc::SYS_close_range, keep + 1, u32::MAX, 0u32) == 0;
+        if !(low && high) {
+            // No close_range (Linux < 5.9): one at a time.
+            let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(1024, 65_536) as u32;
+            for fd in (0..max).filter(|&fd| fd != keep) {
+                libc::close(fd as libc::c_int);
+            }
+        }
+    }
+}
+
+/// `/proc/<pid>/stat`'s state (field 3) and parent (field 4).
+fn state_and_parent(stat: &str) -> Option<(char, i32)> {
+    // The command name (field 2) may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    Some((state, parent))
+}
+
+/// Whether `pid` runs (exists and is not a zombie).
+pub fn is_running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| state_and_parent(&s))
+        .is_some_and(|(state, _)| state != 'Z')
+}
+
+/// The running (not zombie) descendants of `root`, from one pass over `/proc`.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if let Some((state, parent)) = state_and_parent(&stat) {
+            if state != 'Z' {
+                children.entry(parent).or_default().push(pid);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo = vec![root];
+    while let Some(pid) = todo.pop() {
+        for &child in children.get(&pid).into_iter().flatten() {
+            out.push(child);
+            todo.push(child);
+        }
+    }
+    out
+}
+
+/// Kills every descendant of supervisor `root`, repeating until none is left
+/// (one that forked meanwhile, or whose children were re-parented to the
+/// supervisor as their parent died), then `root` and its process group.
+/// Returns whether `root` was still running.
+pub fn kill_tree(root: i32) -> bool {
+    if root <= 1 {
+        return false;
+    }
+    let running = is_running(root);
+    if running {
+        // A bound against a fork bomb outrunning the walk; each pass kills
+        // every process it sees.
+        for _ in 0..1000 {
+            let found = descendants(root);
+            if found.is_empty() {
+                break;
+            }
+            for pid in found {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+        let _ = kill(Pid::from_raw(root), Signal::SIGKILL);
+    }
+    let group = killpg(Pid::from_raw(root), Signal::SIGKILL).is_ok();
+    running || group
+}
