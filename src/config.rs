@@ -133,6 +133,8 @@ struct HttpSection {
     max_connections: Option<usize>,
     max_requests_in_flight: Option<usize>,
     handshake_timeout_ms: Option<u64>,
+    header_read_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
     #[serde(default)]
     websocket: WebSocketSection,
     #[serde(default)]
@@ -367,6 +369,11 @@ impl FileConfig {
         }
         for (key, value) in [
             ("http.handshake_timeout_ms", self.http.handshake_timeout_ms),
+            (
+                "http.header_read_timeout_ms",
+                self.http.header_read_timeout_ms,
+            ),
+            ("http.idle_timeout_ms", self.http.idle_timeout_ms),
             (
                 "http.websocket.ping_interval_ms",
                 self.http.websocket.ping_interval_ms,
@@ -636,6 +643,12 @@ fn resolve_http(
     config.handshake_timeout = section
         .handshake_timeout_ms
         .map_or(d.handshake_timeout, Duration::from_millis);
+    config.header_read_timeout = section
+        .header_read_timeout_ms
+        .map_or(d.header_read_timeout, Duration::from_millis);
+    config.idle_timeout = section
+        .idle_timeout_ms
+        .map_or(d.idle_timeout, Duration::from_millis);
     for (i, entry) in section.tokens.iter().enumerate() {
         let Ok(role) = Role::parse(&entry.role) else {
             continue; // reported by problems()
