@@ -148,6 +148,7 @@ struct WebSocketSection {
     max_connections: Option<usize>,
     ping_interval_ms: Option<u64>,
     max_outbound_bytes: Option<u64>,
+    send_timeout_ms: Option<u64>,
 }
 
 /// `[[http.tokens]]`: one bearer token.
@@ -203,6 +204,8 @@ pub struct HttpSettings {
     pub ws_ping_interval: Duration,
     /// Outbound bound per WebSocket connection (bytes).
     pub ws_max_outbound_bytes: u64,
+    /// Deadline of one WebSocket send.
+    pub ws_send_timeout: Duration,
 }
 
 /// Everything `serve` needs, resolved.
@@ -381,6 +384,10 @@ impl FileConfig {
             (
                 "http.websocket.max_outbound_bytes",
                 self.http.websocket.max_outbound_bytes,
+            ),
+            (
+                "http.websocket.send_timeout_ms",
+                self.http.websocket.send_timeout_ms,
             ),
         ] {
             if value == Some(0) {
@@ -703,6 +710,9 @@ fn resolve_http(
         ws_max_outbound_bytes: ws
             .max_outbound_bytes
             .unwrap_or(ws_defaults.max_outbound_bytes),
+        ws_send_timeout: ws
+            .send_timeout_ms
+            .map_or(ws_defaults.send_timeout, Duration::from_millis),
     })
 }
 
