@@ -154,6 +154,8 @@ struct HttpSection {
     max_connections: Option<usize>,
     max_requests_in_flight: Option<usize>,
     handshake_timeout_ms: Option<u64>,
+    header_read_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
     #[serde(default)]
     websocket: WebSocketSection,
     #[serde(default)]
@@ -167,6 +169,7 @@ struct WebSocketSection {
     max_connections: Option<usize>,
     ping_interval_ms: Option<u64>,
     max_outbound_bytes: Option<u64>,
+    send_timeout_ms: Option<u64>,
 }
 
 /// `[[http.tokens]]`: one bearer token.
@@ -224,6 +227,8 @@ pub struct HttpSettings {
     pub ws_ping_interval: Duration,
     /// Outbound bound per WebSocket connection (bytes).
     pub ws_max_outbound_bytes: u64,
+    /// Deadline of one WebSocket send.
+    pub ws_send_timeout: Duration,
 }
 
 /// Everything `serve` needs, resolved.
@@ -393,12 +398,21 @@ impl FileConfig {
         for (key, value) in [
             ("http.handshake_timeout_ms", self.http.handshake_timeout_ms),
             (
+                "http.header_read_timeout_ms",
+                self.http.header_read_timeout_ms,
+            ),
+            ("http.idle_timeout_ms", self.http.idle_timeout_ms),
+            (
                 "http.websocket.ping_interval_ms",
                 self.http.websocket.ping_interval_ms,
             ),
             (
                 "http.websocket.max_outbound_bytes",
                 self.http.websocket.max_outbound_bytes,
+            ),
+            (
+                "http.websocket.send_timeout_ms",
+                self.http.websocket.send_timeout_ms,
             ),
         ] {
             if value == Some(0) {
@@ -715,6 +729,12 @@ fn resolve_http(
     config.handshake_timeout = section
         .handshake_timeout_ms
         .map_or(d.handshake_timeout, Duration::from_millis);
+    config.header_read_timeout = section
+        .header_read_timeout_ms
+        .map_or(d.header_read_timeout, Duration::from_millis);
+    config.idle_timeout = section
+        .idle_timeout_ms
+        .map_or(d.idle_timeout, Duration::from_millis);
     for (i, entry) in section.tokens.iter().enumerate() {
         let Ok(role) = Role::parse(&entry.role) else {
             continue; // reported by problems()
@@ -769,6 +789,9 @@ fn resolve_http(
         ws_max_outbound_bytes: ws
             .max_outbound_bytes
             .unwrap_or(ws_defaults.max_outbound_bytes),
+        ws_send_timeout: ws
+            .send_timeout_ms
+            .map_or(ws_defaults.send_timeout, Duration::from_millis),
     })
 }
 

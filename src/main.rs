@@ -469,6 +469,8 @@ async fn bind_http(
         max_connections: http.ws_max_connections,
         max_outbound_bytes: http.ws_max_outbound_bytes,
         ping_interval: http.ws_ping_interval,
+        send_timeout: http.ws_send_timeout,
+        stats: Default::default(),
         shutdown,
     };
     let tokens = http.config.tokens.len();

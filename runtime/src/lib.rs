@@ -45,3 +45,4 @@ pub mod suspension;
 pub mod tape;
 pub mod terminal;
 pub mod tools;
+pub mod unique_json;

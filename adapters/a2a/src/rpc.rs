@@ -161,9 +161,21 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
             return error_response(StatusCode::OK, &Value::Null, &e);
         }
     }
-    let envelope: Value = match serde_json::from_slice(&bytes) {
+    // A body that repeats a key (at any depth) is refused whole: parsers
+    // disagree on which repeat counts (`berth_runtime::unique_json`).
+    let envelope: Value = match berth_runtime::unique_json::from_slice(&bytes) {
         Ok(v) => v,
-        Err(e) => return error_response(StatusCode::OK, &Value::Null, &RpcError::parse_error(e)),
+        Err(berth_runtime::unique_json::JsonDecodeError::Syntax(e)) => {
+            return error_response(StatusCode::OK, &Value::Null, &RpcError::parse_error(e))
+        }
+        Err(berth_runtime::unique_json::JsonDecodeError::DuplicateKey { key, path }) => {
+            let e = RpcError {
+                code: -32600,
+                message: "Request payload validation error".into(),
+                data: json!({"reason": "duplicate_key", "key": key, "path": path}),
+            };
+            return error_response(StatusCode::OK, &Value::Null, &e);
+        }
     };
     let (id, method, params) = match classify(&envelope) {
         Ok(parsed) => parsed,

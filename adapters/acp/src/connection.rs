@@ -116,6 +116,8 @@ impl ClientExtensions {
 pub struct Outbound {
     tx: mpsc::UnboundedSender<String>,
     queued_bytes: Arc<AtomicU64>,
+    /// The transport's total over all its connections, when it keeps one.
+    total_bytes: Option<Arc<AtomicU64>>,
     limit_bytes: u64,
     overflowed: Arc<std::sync::atomic::AtomicBool>,
     closing: CancellationToken,
@@ -141,8 +143,14 @@ impl Outbound {
             self.closing.cancel();
             return false;
         }
+        if let Some(total) = &self.total_bytes {
+            total.fetch_add(bytes, Ordering::AcqRel);
+        }
         if self.tx.send(frame).is_err() {
             self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            if let Some(total) = &self.total_bytes {
+                total.fetch_sub(bytes, Ordering::AcqRel);
+            }
             return false;
         }
         true
@@ -163,6 +171,7 @@ impl Outbound {
 pub struct OutboundQueue {
     rx: mpsc::UnboundedReceiver<String>,
     queued_bytes: Arc<AtomicU64>,
+    total_bytes: Option<Arc<AtomicU64>>,
     overflowed: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -170,9 +179,17 @@ impl OutboundQueue {
     /// The next frame; `None` once every sender is gone.
     pub async fn recv(&mut self) -> Option<String> {
         let frame = self.rx.recv().await?;
-        self.queued_bytes
-            .fetch_sub(frame.len() as u64, Ordering::AcqRel);
+        let bytes = frame.len() as u64;
+        self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        if let Some(total) = &self.total_bytes {
+            total.fetch_sub(bytes, Ordering::AcqRel);
+        }
         Some(frame)
+    }
+
+    /// Bytes of frames waiting in this queue right now.
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued_bytes.load(Ordering::Acquire)
     }
 
     /// Whether no frame is waiting right now.
@@ -184,6 +201,22 @@ impl OutboundQueue {
     /// reading (the queue passed its bound).
     pub fn overflowed(&self) -> bool {
         self.overflowed.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for OutboundQueue {
+    /// The frames left unsent are freed with the queue: they leave the
+    /// transport's total (a frame racing the drop is refused and never
+    /// counted).
+    fn drop(&mut self) {
+        self.rx.close();
+        while let Ok(frame) = self.rx.try_recv() {
+            let bytes = frame.len() as u64;
+            self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            if let Some(total) = &self.total_bytes {
+                total.fetch_sub(bytes, Ordering::AcqRel);
+            }
+        }
     }
 }
 
@@ -211,6 +244,17 @@ impl Connection {
         principal: Option<Principal>,
         max_outbound_bytes: u64,
     ) -> (Arc<Self>, OutboundQueue, CancellationToken) {
+        Self::open_counted(node, principal, max_outbound_bytes, None)
+    }
+
+    /// [`Connection::open`], also counting the bytes waiting in its queue
+    /// into `total_bytes` (a transport's sum over its connections).
+    pub fn open_counted(
+        node: Node,
+        principal: Option<Principal>,
+        max_outbound_bytes: u64,
+        total_bytes: Option<Arc<AtomicU64>>,
+    ) -> (Arc<Self>, OutboundQueue, CancellationToken) {
         let (tx, rx) = mpsc::unbounded_channel::<String>();
         let queued_bytes = Arc::new(AtomicU64::new(0));
         let overflowed = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -220,6 +264,7 @@ impl Connection {
         let outbound = Outbound {
             tx,
             queued_bytes: Arc::clone(&queued_bytes),
+            total_bytes: total_bytes.clone(),
             limit_bytes: max_outbound_bytes,
             overflowed: Arc::clone(&overflowed),
             closing: closing.clone(),
@@ -249,6 +294,7 @@ impl Connection {
             OutboundQueue {
                 rx,
                 queued_bytes,
+                total_bytes,
                 overflowed,
             },
             closing,

@@ -6,7 +6,7 @@
 //! | code | meaning | `data` |
 //! |---|---|---|
 //! | -32700 | not JSON | `{reason}` |
-//! | -32600 | not a request object, a batch, or a frame over the size bound | `{reason, …}` |
+//! | -32600 | not a request object, a batch, a frame over the size bound, or an object that repeats a key (at any depth) | `{reason, …}` (`{reason: "duplicate_key", key, path}` with `path` a JSON Pointer) |
 //! | -32601 | unknown method | `{method}` |
 //! | -32602 | bad params | `{field, reason}` |
 //! | -32603 | internal failure (journal, actor) | `{reason}` |
@@ -23,6 +23,7 @@
 use berth_actors::error::ResumeConflict;
 use berth_actors::ControlError;
 use berth_runtime::engine::ResumeRefusal;
+use berth_runtime::unique_json::JsonDecodeError;
 use serde_json::{json, Map, Value};
 
 /// A JSON-RPC error object.
@@ -234,8 +235,17 @@ pub fn classify(frame: &[u8]) -> Result<Incoming, Box<Rejected>> {
 // Boxed once by `classify`; the tuple keeps the early returns readable.
 #[allow(clippy::result_large_err)]
 fn classify_inner(frame: &[u8]) -> Result<Incoming, (Value, RpcError)> {
-    let value: Value =
-        serde_json::from_slice(frame).map_err(|e| (Value::Null, RpcError::parse_error(e)))?;
+    let value = berth_runtime::unique_json::from_slice(frame).map_err(|e| {
+        let error = match e {
+            JsonDecodeError::Syntax(e) => RpcError::parse_error(e),
+            JsonDecodeError::DuplicateKey { key, path } => RpcError::new(
+                -32600,
+                "Invalid Request",
+                json!({"reason": "duplicate_key", "key": key, "path": path}),
+            ),
+        };
+        (Value::Null, error)
+    })?;
     let Value::Object(mut obj) = value else {
         let reason = if value.is_array() {
             "batch requests are not supported; send one message per line"

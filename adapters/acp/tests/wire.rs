@@ -2248,4 +2248,40 @@ async fn a_token_budget_already_reached_starts_no_model_call() {
         json!({"input_tokens": 0, "output_tokens": 0}),
         "{second}"
     );
+#[tokio::test]
+async fn a_message_that_repeats_a_key_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    // Last-wins would close the session.
+    c.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"session/list","method":"session/close","params":{{"sessionId":"{sid}"}}}}"#
+    ))
+    .await;
+    let r = c.read().await;
+    assert_eq!(
+        error_of(&r),
+        (
+            -32600,
+            json!({"reason": "duplicate_key", "key": "method", "path": "/method"})
+        ),
+        "{r}"
+    );
+    // At any depth.
+    c.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":8,"method":"session/prompt","params":{{"sessionId":"{sid}","prompt":[{{"type":"text","text":"a","text":"b"}}]}}}}"#
+    ))
+    .await;
+    let r = c.read().await;
+    assert_eq!(
+        error_of(&r).1,
+        json!({"reason": "duplicate_key", "key": "text", "path": "/params/prompt/0/text"}),
+        "{r}"
+    );
+    // Nothing changed: the session is open and has no turn.
+    let list = c.call("session/list", json!({})).await;
+    let entry = &list["result"]["sessions"][0];
+    assert_eq!(entry["sessionId"], sid.as_str(), "{list}");
+    assert!(entry["_meta"]["berth"]["closedAt"].is_null(), "{list}");
 }

@@ -23,13 +23,25 @@ pub struct HttpConfig {
     pub allowed_origins: Vec<String>,
     /// Largest request body (bytes, default 1 MiB).
     pub max_body_bytes: usize,
-    /// Sockets served at once (default 1024); more wait in the backlog.
+    /// Sockets served at once (default 1024). At the cap a new connection
+    /// closes the one idle the longest (no request in flight, not a
+    /// WebSocket); when all are busy it waits in the backlog.
     pub max_connections: usize,
     /// HTTP requests handled at once, upgraded WebSockets not counted
     /// (default 256); more get 503.
     pub max_requests_in_flight: usize,
     /// Longest TLS handshake before the socket is dropped (default 10 s).
     pub handshake_timeout: Duration,
+    /// Longest wait for a request's head (request line and headers), from
+    /// the moment the connection is ready for one — accepted, or done with
+    /// its previous response — before it is closed (default 10 s). A client
+    /// that sends nothing, or trickles its headers, is cut at this bound.
+    pub header_read_timeout: Duration,
+    /// Longest a connection may stay open with no request in flight (idle
+    /// since it was accepted or since its last response was sent whole)
+    /// before it is closed (default 30 s). Upgraded WebSockets are bounded
+    /// by their own ping check instead.
+    pub idle_timeout: Duration,
 }
 
 impl HttpConfig {
@@ -44,6 +56,8 @@ impl HttpConfig {
             max_connections: 1024,
             max_requests_in_flight: 256,
             handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
         }
     }
 }

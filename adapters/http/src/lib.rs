@@ -8,8 +8,14 @@
 //! A request passes, in order:
 //!
 //! 1. the **connection bound** ([`HttpConfig::max_connections`] sockets at
-//!    once; more wait in the kernel's backlog) and, with TLS, the handshake
-//!    (bounded by [`HttpConfig::handshake_timeout`]);
+//!    once; at the cap a new connection closes the one idle the longest —
+//!    silent, trickling its head, or keep-alive between requests — so a
+//!    flood of idle sockets never locks out `/healthz`; when every socket is
+//!    busy more wait in the kernel's backlog), with TLS the handshake
+//!    (bounded by [`HttpConfig::handshake_timeout`]), then the **time
+//!    bounds**: a request head must arrive within
+//!    [`HttpConfig::header_read_timeout`] and a connection with no request
+//!    in flight closes after [`HttpConfig::idle_timeout`];
 //! 2. the **Origin check** ([`layers::check_origin`]): a request that
 //!    carries an `Origin` header (a browser) is refused with 403 unless the
 //!    origin is listed in [`HttpConfig::allowed_origins`]; clients that send
@@ -40,6 +46,7 @@
 
 pub mod auth;
 pub mod config;
+mod conns;
 pub mod error;
 pub mod layers;
 pub mod metrics;

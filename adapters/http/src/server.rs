@@ -14,9 +14,19 @@
 //! # Ok(()) }
 //! ```
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use axum::extract::DefaultBodyLimit;
 use axum::middleware::from_fn_with_state;
@@ -27,8 +37,9 @@ use tokio::sync::Semaphore;
 
 use crate::auth::{authenticate, authenticate_jsonrpc, JsonRpcAuth, Tokens};
 use crate::config::HttpConfig;
+use crate::conns::RequestGuard;
 use crate::layers::{check_origin, limit_in_flight, Origins};
-use crate::tls::{acceptor, BoundedListener, TlsError};
+use crate::tls::{acceptor, BoundedListener, Conn, TlsError};
 
 /// Errors building or starting the listener.
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +122,11 @@ impl HttpServerBuilder {
             return Err(HttpError::Config(
                 "max_body_bytes, max_connections and max_requests_in_flight must be at least 1"
                     .into(),
+            ));
+        }
+        if c.header_read_timeout.is_zero() || c.idle_timeout.is_zero() {
+            return Err(HttpError::Config(
+                "header_read_timeout and idle_timeout must be at least 1 ms".into(),
             ));
         }
         let tokens = Tokens::new(&c.tokens).map_err(HttpError::Config)?;
@@ -202,6 +218,8 @@ impl HttpServer {
             listener,
             local_addr,
             tls: self.config.tls.is_some(),
+            header_read_timeout: self.config.header_read_timeout,
+            idle_timeout: self.config.idle_timeout,
         })
     }
 }
@@ -212,6 +230,8 @@ pub struct BoundServer {
     listener: BoundedListener,
     local_addr: SocketAddr,
     tls: bool,
+    header_read_timeout: Duration,
+    idle_timeout: Duration,
 }
 
 impl BoundServer {
@@ -226,18 +246,147 @@ impl BoundServer {
     }
 
     /// Serves until `shutdown` resolves, then stops accepting and lets
-    /// in-flight requests finish (upgraded WebSockets are closed by their
-    /// own shutdown token).
+    /// in-flight requests finish (idle keep-alive connections close at once;
+    /// upgraded WebSockets are closed by their own shutdown token).
+    ///
+    /// Each connection is HTTP/1.1 driven by hyper with
+    /// [`HttpConfig::header_read_timeout`] on every request head and
+    /// [`HttpConfig::idle_timeout`] on the time without a request in flight.
     ///
     /// # Errors
-    /// [`HttpError::Serve`].
+    /// None today; the `Result` is for the caller's `?`.
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), HttpError> {
-        axum::serve(self.listener, self.app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(HttpError::Serve)
+        use axum::serve::Listener as _;
+        let BoundServer {
+            app,
+            mut listener,
+            header_read_timeout,
+            idle_timeout,
+            ..
+        } = self;
+        let (stop, stopping) = watch::channel(false);
+        let mut connections = JoinSet::new();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let (conn, _peer) = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = &mut shutdown => break,
+            };
+            while connections.try_join_next().is_some() {}
+            connections.spawn(serve_connection(
+                app.clone(),
+                conn,
+                header_read_timeout,
+                idle_timeout,
+                stopping.clone(),
+            ));
+        }
+        drop(listener);
+        let _ = stop.send(true);
+        while connections.join_next().await.is_some() {}
+        Ok(())
+    }
+}
+
+/// Serves one connection until it ends, is evicted (at the connection cap),
+/// passes the idle timeout, or — once `stopping` turns true — finishes its
+/// request in flight.
+async fn serve_connection(
+    app: Router,
+    conn: Conn,
+    header_read_timeout: Duration,
+    idle_timeout: Duration,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let handle = conn.tracked().handle();
+    let evicted = conn.tracked().evicted();
+    let service = {
+        let handle = handle.clone();
+        let app = TowerToHyperService::new(app);
+        hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let guard = handle.begin();
+            let answer = hyper::service::Service::call(&app, request);
+            async move {
+                let response = match answer.await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                };
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    guard.upgraded();
+                }
+                Ok::<_, Infallible>(response.map(|body| Guarded {
+                    inner: body,
+                    _guard: guard,
+                }))
+            }
+        })
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    let served = builder
+        .serve_connection(TokioIo::new(conn), service)
+        .with_upgrades();
+    let mut served = std::pin::pin!(served);
+    let mut draining = *stopping.borrow();
+    if draining {
+        served.as_mut().graceful_shutdown();
+    }
+    loop {
+        let check = handle
+            .idle_deadline(idle_timeout)
+            .unwrap_or_else(|| Instant::now() + idle_timeout);
+        tokio::select! {
+            result = served.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "HTTP connection ended");
+                }
+                return;
+            }
+            () = evicted.notified() => return,
+            changed = stopping.changed(), if !draining => {
+                draining = true;
+                if changed.is_ok() {
+                    served.as_mut().graceful_shutdown();
+                }
+            }
+            () = tokio::time::sleep_until(check) => {
+                if handle.idle_deadline(idle_timeout).is_some_and(|d| d <= Instant::now()) {
+                    tracing::debug!("closing an HTTP connection idle past the idle timeout");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it has
+/// been sent whole (or dropped).
+struct Guarded {
+    inner: Body,
+    _guard: RequestGuard,
+}
+
+impl http_body::Body for Guarded {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }

@@ -1,10 +1,15 @@
 //! The listener's sockets: TCP, or TLS through rustls (ring provider), with
 //! a bound on sockets served at once.
 //!
-//! Accepting runs in its own task: it waits for a connection slot, accepts,
-//! and (with TLS) runs each handshake in a task of its own bounded by the
+//! Accepting runs in its own task: it accepts, takes a connection slot, and
+//! (with TLS) runs each handshake in a task of its own bounded by the
 //! handshake timeout, so one slow or silent client never holds up the
-//! others. Finished sockets are handed to axum through [`BoundedListener`],
+//! others. When every slot is taken, the connection idle the longest (no
+//! request in flight, not a WebSocket: silent, trickling its head, in its
+//! handshake, or keep-alive between requests) is closed to make room, so a
+//! flood of idle connections cannot lock out `/healthz`, `/readyz` or
+//! `/metrics`; when every connection is busy, the new one waits for a slot.
+//! Finished sockets are handed to the server through [`BoundedListener`],
 //! each carrying its slot until it closes.
 
 use std::io;
@@ -23,6 +28,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::rustls;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
+
+use crate::conns::{Registry, Tracked};
 
 /// Errors loading TLS material.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +90,15 @@ pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, TlsError> {
 /// One accepted socket, plain or TLS, holding its connection slot.
 pub struct Conn {
     stream: Stream,
+    tracked: Tracked,
     _slot: OwnedSemaphorePermit,
+}
+
+impl Conn {
+    /// Its entry in the listener's book of connections.
+    pub(crate) fn tracked(&self) -> &Tracked {
+        &self.tracked
+    }
 }
 
 enum Stream {
@@ -158,7 +173,8 @@ pub struct BoundedListener {
 
 impl BoundedListener {
     /// Starts accepting on `listener`: at most `max_connections` sockets at
-    /// once, each through `tls` (when given) within `handshake_timeout`.
+    /// once (at the cap, the longest-idle one is closed for a new one), each
+    /// through `tls` (when given) within `handshake_timeout`.
     ///
     /// # Errors
     /// The listener's local address cannot be read.
@@ -171,11 +187,9 @@ impl BoundedListener {
         let local_addr = listener.local_addr()?;
         let (tx, ready) = mpsc::channel(64);
         let slots = Arc::new(Semaphore::new(max_connections.max(1)));
+        let registry = Arc::new(Registry::default());
         let accept_task = tokio::spawn(async move {
             loop {
-                let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-                    return;
-                };
                 let (tcp, peer) = match listener.accept().await {
                     Ok(accepted) => accepted,
                     Err(e) => {
@@ -185,11 +199,25 @@ impl BoundedListener {
                         continue;
                     }
                 };
+                let slot = match Arc::clone(&slots).try_acquire_owned() {
+                    Ok(slot) => slot,
+                    Err(_) => {
+                        if registry.evict_oldest_idle() {
+                            tracing::debug!(%peer, "at the connection cap: closed the longest-idle connection");
+                        }
+                        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+                            return;
+                        };
+                        slot
+                    }
+                };
+                let tracked = registry.register();
                 let _ = tcp.set_nodelay(true);
                 match &tls {
                     None => {
                         let conn = Conn {
                             stream: Stream::Plain(tcp),
+                            tracked,
                             _slot: slot,
                         };
                         if tx.send((conn, peer)).await.is_err() {
@@ -200,12 +228,21 @@ impl BoundedListener {
                         let acceptor = acceptor.clone();
                         let tx = tx.clone();
                         tokio::spawn(async move {
-                            match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp))
-                                .await
-                            {
+                            let evicted = tracked.evicted();
+                            let handshake =
+                                tokio::time::timeout(handshake_timeout, acceptor.accept(tcp));
+                            let done = tokio::select! {
+                                done = handshake => done,
+                                () = evicted.notified() => {
+                                    tracing::debug!(%peer, "TLS handshake evicted at the connection cap");
+                                    return;
+                                }
+                            };
+                            match done {
                                 Ok(Ok(tls)) => {
                                     let conn = Conn {
                                         stream: Stream::Tls(Box::new(tls)),
+                                        tracked,
                                         _slot: slot,
                                     };
                                     let _ = tx.send((conn, peer)).await;

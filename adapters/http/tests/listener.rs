@@ -320,3 +320,134 @@ async fn a_listener_without_tokens_does_not_start() {
         .to_string();
     assert!(err.contains("repeats an earlier token"), "{err}");
 }
+
+/// Opens a TCP connection to the listener that sends nothing.
+async fn silent(base: &str) -> tokio::net::TcpStream {
+    let addr = base.trim_start_matches("http://");
+    tokio::net::TcpStream::connect(addr).await.unwrap()
+}
+
+/// Reads until the server closes `stream` (EOF or reset), waiting at most
+/// 20 s; returns whether it closed.
+async fn closed_by_server(stream: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1024];
+    let wait = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(20), wait)
+        .await
+        .is_ok()
+}
+
+/// A connection that sends a request line, then one header line every
+/// 50 ms and never ends the head (slowloris); the task ends when a write
+/// fails.
+fn trickle(mut stream: tokio::net::TcpStream) -> tokio::task::JoinHandle<()> {
+    use tokio::io::AsyncWriteExt;
+    tokio::spawn(async move {
+        if stream
+            .write_all(b"GET /healthz HTTP/1.1\r\n")
+            .await
+            .is_err()
+        {
+            return;
+        }
+        for i in 0u32.. {
+            let line = format!("x-slow-{i}: 1\r\n");
+            if stream.write_all(line.as_bytes()).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+}
+
+#[tokio::test]
+async fn silent_and_trickling_connections_are_closed_after_their_timeouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config();
+    config.max_connections = 64;
+    config.header_read_timeout = std::time::Duration::from_millis(300);
+    config.idle_timeout = std::time::Duration::from_millis(600);
+    let server = start(node(dir.path()).await, config, Gate::default()).await;
+    let mut quiet = Vec::new();
+    for _ in 0..3 {
+        quiet.push(silent(&server.base).await);
+    }
+    let slow = trickle(silent(&server.base).await);
+    for stream in &mut quiet {
+        assert!(
+            closed_by_server(stream).await,
+            "a silent connection stayed open"
+        );
+    }
+    tokio::time::timeout(std::time::Duration::from_secs(20), slow)
+        .await
+        .expect("a trickling connection stayed open")
+        .unwrap();
+    // A keep-alive connection idle after its request is closed too.
+    let mut kept = silent(&server.base).await;
+    {
+        use tokio::io::AsyncWriteExt;
+        kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+    }
+    assert!(
+        closed_by_server(&mut kept).await,
+        "an idle keep-alive stayed open"
+    );
+    // The listener still serves.
+    let health = reqwest::get(format!("{}/healthz", server.base))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+}
+
+#[tokio::test]
+async fn health_and_metrics_answer_while_the_connection_cap_is_flooded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config();
+    config.max_connections = 8;
+    let server = start(node(dir.path()).await, config, Gate::default()).await;
+    let mut flood = Vec::new();
+    for _ in 0..20 {
+        flood.push(silent(&server.base).await);
+    }
+    let mut slow = Vec::new();
+    for _ in 0..4 {
+        slow.push(trickle(silent(&server.base).await));
+    }
+    let client = reqwest::Client::new();
+    let bounded = std::time::Duration::from_secs(20);
+    for _ in 0..3 {
+        let health = tokio::time::timeout(
+            bounded,
+            client.get(format!("{}/healthz", server.base)).send(),
+        )
+        .await
+        .expect("/healthz did not answer under a connection flood")
+        .unwrap();
+        assert_eq!(health.status(), 200);
+        let metrics = tokio::time::timeout(
+            bounded,
+            client
+                .get(format!("{}/metrics", server.base))
+                .bearer_auth(OBSERVER)
+                .send(),
+        )
+        .await
+        .expect("/metrics did not answer under a connection flood")
+        .unwrap();
+        assert_eq!(metrics.status(), 200);
+    }
+    for task in slow {
+        task.abort();
+    }
+}

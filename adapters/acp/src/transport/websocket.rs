@@ -6,13 +6,21 @@
 //!   and the connection goes on.
 //! - A message over [`WsOptions::acp`]`.max_frame_bytes` is refused by the
 //!   WebSocket layer before it is buffered whole: the connection closes with
-//!   code 1009 (message too big).
+//!   code 1009 (message too big). A text message that is not UTF-8 closes it
+//!   with 1007 (invalid payload), a frame that breaks RFC 6455's framing
+//!   (unmasked, reserved bits, unknown opcode) with 1002 (protocol error).
+//!   A text message that is UTF-8 but not JSON is valid WebSocket payload:
+//!   it is answered -32700 and the connection goes on.
 //! - At most [`WsOptions::acp`]`.max_in_flight` requests run at once per
 //!   connection (more: -32007), at most [`WsOptions::max_connections`]
 //!   connections at once (more: HTTP 503 before the upgrade), and at most
 //!   [`WsOptions::max_outbound_bytes`] of frames wait for a client that does
 //!   not read (more: the connection closes with 1008; the client reconnects
-//!   and catches up, below).
+//!   and catches up, below). Every send has a deadline,
+//!   [`WsOptions::send_timeout`]: a client whose socket stops taking frames
+//!   is closed with 1008 once it passes (dropped when even the close frame
+//!   does not fit), so a non-reading client holds at most the bound, for at
+//!   most the deadline.
 //! - Memory per connection: the socket's read buffer starts at
 //!   [`READ_BUFFER_BYTES`] (8 KiB) instead of tungstenite's 128 KiB, which
 //!   was most of the ~150 KiB each of the 1,000 connections of `bench-ws`
@@ -55,6 +63,12 @@ use crate::connection::{drive, Connection, InFrame, OutboundQueue, ServeOptions}
 const CLOSE_NORMAL: u16 = 1000;
 /// WebSocket close code: going away (server shutdown, client silent).
 const CLOSE_GOING_AWAY: u16 = 1001;
+/// WebSocket close code: protocol error (RFC 6455 §7.4.1: a frame that
+/// breaks the framing rules).
+const CLOSE_PROTOCOL: u16 = 1002;
+/// WebSocket close code: invalid frame payload data (a text message that is
+/// not UTF-8).
+const CLOSE_INVALID_PAYLOAD: u16 = 1007;
 /// WebSocket close code: policy violation (the client stopped reading).
 const CLOSE_POLICY: u16 = 1008;
 /// WebSocket close code: message too big.
@@ -74,6 +88,14 @@ pub struct WsOptions {
     /// How often berth pings each client (default 20 s); a client silent
     /// for two intervals is closed.
     pub ping_interval: Duration,
+    /// Longest the socket may take to accept one frame (default 5 s): a
+    /// client that stops reading fills the socket's buffers, the next send
+    /// passes this deadline, and the connection is closed with 1008 (or
+    /// just dropped when not even the close frame fits), freeing its queue.
+    pub send_timeout: Duration,
+    /// Live counts of this router's connections (shared; read them for
+    /// metrics or tests).
+    pub stats: Arc<WsStats>,
     /// Cancelled when the server shuts down: every connection closes with
     /// 1001.
     pub shutdown: CancellationToken,
@@ -86,9 +108,20 @@ impl Default for WsOptions {
             max_connections: 1024,
             max_outbound_bytes: 64 * 1024 * 1024,
             ping_interval: Duration::from_secs(20),
+            send_timeout: Duration::from_secs(5),
+            stats: Arc::default(),
             shutdown: CancellationToken::new(),
         }
     }
+}
+
+/// Live counts of a WebSocket router's connections.
+#[derive(Debug, Default)]
+pub struct WsStats {
+    /// Connections open now (upgraded, not yet torn down).
+    pub connections: AtomicU64,
+    /// Bytes of frames waiting in the outbound queues of all of them.
+    pub outbound_bytes: Arc<AtomicU64>,
 }
 
 #[derive(Clone)]
@@ -163,8 +196,13 @@ impl CloseReason {
 
 async fn serve_socket(node: Node, principal: Principal, socket: WebSocket, options: &WsOptions) {
     let actor = principal.actor.clone();
-    let (conn, queue, closing) =
-        Connection::open(node, Some(principal), options.max_outbound_bytes);
+    let (conn, queue, closing) = Connection::open_counted(
+        node,
+        Some(principal),
+        options.max_outbound_bytes,
+        Some(Arc::clone(&options.stats.outbound_bytes)),
+    );
+    options.stats.connections.fetch_add(1, Ordering::AcqRel);
     tracing::info!(connection = conn.id, %actor, "websocket client attached");
     let (sink, stream) = socket.split();
     let started = Instant::now();
@@ -179,6 +217,7 @@ async fn serve_socket(node: Node, principal: Principal, socket: WebSocket, optio
         Arc::clone(&last_seen),
         started,
         options.ping_interval,
+        options.send_timeout,
         Arc::clone(&reason),
     ));
     let inbound = {
@@ -212,11 +251,8 @@ async fn serve_socket(node: Node, principal: Principal, socket: WebSocket, optio
                         }
                         Err(e) => {
                             let text = e.to_string();
-                            if text.contains("too long")
-                                || text.contains("too big")
-                                || text.contains("Space limit exceeded")
-                            {
-                                reason.set(CLOSE_TOO_BIG, "message too big");
+                            if let Some((code, why)) = close_for(&text) {
+                                reason.set(code, why);
                                 closing.cancel();
                                 return None;
                             }
@@ -254,7 +290,40 @@ async fn serve_socket(node: Node, principal: Principal, socket: WebSocket, optio
     let id = conn.id;
     drop(conn);
     let _ = writer.await;
+    options.stats.connections.fetch_sub(1, Ordering::AcqRel);
     tracing::info!(connection = id, %actor, "websocket client detached");
+}
+
+/// The close code and reason for a read error of the WebSocket layer
+/// (tungstenite's error text; RFC 6455 §7.4.1): a message over the bound is
+/// 1009, a text message that is not UTF-8 is 1007, a framing violation
+/// (unmasked client frame, reserved bits, bad opcode, bad control frame) is
+/// 1002. `None` for I/O errors (the socket is gone: nothing to send).
+fn close_for(error: &str) -> Option<(u16, &'static str)> {
+    if error.contains("too long") || error.contains("too big") || error.contains("Space limit") {
+        Some((CLOSE_TOO_BIG, "message too big"))
+    } else if error.contains("UTF-8") || error.contains("utf-8") {
+        Some((CLOSE_INVALID_PAYLOAD, "text message is not UTF-8"))
+    } else if error.contains("protocol error") || error.contains("Protocol") {
+        Some((CLOSE_PROTOCOL, "WebSocket protocol error"))
+    } else {
+        None
+    }
+}
+
+/// Sends `message` unless the socket takes longer than `deadline` to accept
+/// it. Returns `Err(true)` on a passed deadline, `Err(false)` when the
+/// socket failed.
+async fn send_within(
+    sink: &mut futures::stream::SplitSink<WebSocket, Message>,
+    message: Message,
+    deadline: Duration,
+) -> Result<(), bool> {
+    match tokio::time::timeout(deadline, sink.send(message)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(false),
+        Err(_) => Err(true),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -266,8 +335,19 @@ async fn write_loop(
     last_seen: Arc<AtomicU64>,
     started: Instant,
     ping_interval: Duration,
+    send_timeout: Duration,
     reason: Arc<CloseReason>,
 ) {
+    let stalled = |reason: &CloseReason, closing: &CancellationToken| {
+        reason.set(
+            CLOSE_POLICY,
+            format!(
+                "the client did not take a frame within {} ms",
+                send_timeout.as_millis()
+            ),
+        );
+        closing.cancel();
+    };
     let mut ticker = tokio::time::interval(ping_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
@@ -277,11 +357,14 @@ async fn write_loop(
             biased;
             () = closing.cancelled() => break true,
             frame = queue.recv() => match frame {
-                Some(frame) => {
-                    if sink.send(Message::Text(frame.into())).await.is_err() {
-                        break false;
+                Some(frame) => match send_within(&mut sink, Message::Text(frame.into()), send_timeout).await {
+                    Ok(()) => {}
+                    Err(true) => {
+                        stalled(&reason, &closing);
+                        break true;
                     }
-                }
+                    Err(false) => break false,
+                },
                 // Every sender is gone: the connection ended on its own.
                 None => break true,
             },
@@ -292,8 +375,13 @@ async fn write_loop(
                     closing.cancel();
                     break true;
                 }
-                if sink.send(Message::Ping(Vec::new().into())).await.is_err() {
-                    break false;
+                match send_within(&mut sink, Message::Ping(Vec::new().into()), send_timeout).await {
+                    Ok(()) => {}
+                    Err(true) => {
+                        stalled(&reason, &closing);
+                        break true;
+                    }
+                    Err(false) => break false,
                 }
             }
         }
@@ -308,12 +396,17 @@ async fn write_loop(
                 (CLOSE_NORMAL, String::new())
             }
         });
-        let _ = sink
-            .send(Message::Close(Some(CloseFrame {
+        // Bounded too: a socket that stopped taking frames takes no close
+        // frame either; then the TCP connection is just dropped.
+        let _ = send_within(
+            &mut sink,
+            Message::Close(Some(CloseFrame {
                 code,
                 reason: text.into(),
-            })))
-            .await;
+            })),
+            send_timeout,
+        )
+        .await;
     }
-    let _ = sink.close().await;
+    let _ = tokio::time::timeout(send_timeout, sink.close()).await;
 }
