@@ -68,12 +68,15 @@ pub struct Endpoint {
 impl Endpoint {
     /// The local control socket this endpoint names (when no `--server`).
     pub fn socket_path(&self) -> PathBuf {
-        self.socket.clone().unwrap_or_else(|| {
+        let path = self.socket.clone().unwrap_or_else(|| {
             self.data_dir
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("berth-data"))
                 .join(crate::CONTROL_SOCKET)
-        })
+        });
+        // Absolute, as the server's data dir is; a current directory that
+        // cannot be read leaves it relative (the connect then says so).
+        std::path::absolute(&path).unwrap_or(path)
     }
 
     /// A short description for messages: the URL or the socket path.
