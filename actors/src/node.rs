@@ -366,8 +366,9 @@ impl Readiness {
 /// Errors starting a node.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    /// The data directory cannot be created.
-    #[error("cannot create data dir {path}: {message}")]
+    /// The data directory cannot be created, or is not private to berth's
+    /// user (see `berth_storage::private`; the message says what to do).
+    #[error("cannot use data dir {path}: {message}")]
     DataDir {
         /// The directory.
         path: String,
@@ -399,7 +400,7 @@ impl Node {
     /// # Errors
     /// [`NodeError`] when the data dir or journal is unusable.
     pub async fn start(config: NodeConfig) -> Result<Self, NodeError> {
-        std::fs::create_dir_all(&config.data_dir).map_err(|e| NodeError::DataDir {
+        berth_storage::private::ensure_dir(&config.data_dir).map_err(|e| NodeError::DataDir {
             path: config.data_dir.display().to_string(),
             message: e.to_string(),
         })?;

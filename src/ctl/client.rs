@@ -260,6 +260,11 @@ impl Client {
                     tracing::debug!("--token is ignored on the local control socket");
                 }
                 let path = endpoint.socket_path();
+                // Another user's socket is not talked to (a missing one is
+                // reported by the connect below).
+                if std::fs::symlink_metadata(&path).is_ok() {
+                    berth_acp::transport::local::check_owner(&path)?;
+                }
                 let stream = tokio::time::timeout(
                     CONNECT_TIMEOUT,
                     tokio::net::UnixStream::connect(&path),

@@ -43,6 +43,8 @@ mod tables;
 pub mod verify;
 mod writer;
 
+pub mod private;
+
 pub use batch::Batch;
 pub use error::StorageError;
 pub use journal::{
