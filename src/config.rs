@@ -576,11 +576,7 @@ impl FileConfig {
             let list: Vec<String> = unpriced.iter().map(|p| format!("  {p}")).collect();
             anyhow::bail!("the configuration is invalid:\n{}", list.join("\n"));
         }
-        let data_dir = args
-            .data_dir
-            .clone()
-            .or(self.data_dir)
-            .unwrap_or_else(|| PathBuf::from("berth-data"));
+        let data_dir = crate::absolute_data_dir(args.data_dir.clone().or(self.data_dir))?;
         let a2a_anonymous_role = match args
             .a2a_anonymous_role
             .clone()

@@ -34,8 +34,8 @@ pub fn keys_from_env() -> anyhow::Result<Option<Keyring>> {
     }
 }
 
-fn data_dir(dir: Option<PathBuf>) -> PathBuf {
-    dir.unwrap_or_else(|| PathBuf::from("berth-data"))
+fn data_dir(dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    crate::absolute_data_dir(dir)
 }
 
 /// Refuses a data dir that does not exist, before anything is looked for
@@ -77,7 +77,7 @@ pub fn replay(
     verify: bool,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let dir = data_dir(dir);
+    let dir = data_dir(dir)?;
     existing(&dir)?;
     let keyring = keyring_for(&dir)?;
     let options = ReplayOptions {
@@ -161,7 +161,7 @@ pub fn replay(
 /// # Errors
 /// No journal, a running server holds it, another format, no keys.
 pub fn verify(dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
-    let dir = data_dir(dir);
+    let dir = data_dir(dir)?;
     existing(&dir)?;
     let keyring = keyring_for(&dir)?;
     let report = match verify_journal(&journal_path(&dir), &keyring) {
@@ -237,7 +237,7 @@ fn journal_path(dir: &Path) -> PathBuf {
 /// # Errors
 /// The key file cannot be read or written.
 pub fn rotate(dir: Option<PathBuf>) -> anyhow::Result<()> {
-    let dir = data_dir(dir);
+    let dir = data_dir(dir)?;
     if keys_from_env()?.is_some() {
         tracing::warn!("{KEYS_ENV} is set: a server started with it signs with its keys, not the key file; rotate by appending an entry to {KEYS_ENV}");
     }
@@ -251,7 +251,7 @@ pub fn rotate(dir: Option<PathBuf>) -> anyhow::Result<()> {
 /// # Errors
 /// No keys, or they do not load.
 pub fn list(dir: Option<PathBuf>) -> anyhow::Result<()> {
-    let dir = data_dir(dir);
+    let dir = data_dir(dir)?;
     let keyring = match keys_from_env()? {
         Some(keyring) => keyring,
         None => {

@@ -508,6 +508,22 @@ async fn bind_http(
     Ok(server)
 }
 
+/// The data dir a command works on: `dir` (flag, `BERTH_DATA_DIR` or the
+/// config file), else `./berth-data`, made absolute against the current
+/// directory once, at start (lexically: it may not exist yet), so that
+/// every path derived from it (session roots, the socket, the journal) is
+/// absolute too.
+///
+/// # Errors
+/// When the current directory cannot be read.
+pub(crate) fn absolute_data_dir(
+    dir: Option<std::path::PathBuf>,
+) -> anyhow::Result<std::path::PathBuf> {
+    let dir = dir.unwrap_or_else(|| std::path::PathBuf::from("berth-data"));
+    std::path::absolute(&dir)
+        .with_context(|| format!("cannot make the data dir {} absolute", dir.display()))
+}
+
 /// The control socket's file name in the data dir.
 pub(crate) const CONTROL_SOCKET: &str = "berth.sock";
 

@@ -366,8 +366,9 @@ impl Readiness {
 /// Errors starting a node.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    /// The data directory cannot be created.
-    #[error("cannot create data dir {path}: {message}")]
+    /// The data directory cannot be created, or is not private to berth's
+    /// user (see `berth_storage::private`; the message says what to do).
+    #[error("cannot use data dir {path}: {message}")]
     DataDir {
         /// The directory.
         path: String,
@@ -399,7 +400,7 @@ impl Node {
     /// # Errors
     /// [`NodeError`] when the data dir or journal is unusable.
     pub async fn start(config: NodeConfig) -> Result<Self, NodeError> {
-        std::fs::create_dir_all(&config.data_dir).map_err(|e| NodeError::DataDir {
+        berth_storage::private::ensure_dir(&config.data_dir).map_err(|e| NodeError::DataDir {
             path: config.data_dir.display().to_string(),
             message: e.to_string(),
         })?;
@@ -1047,8 +1048,11 @@ impl Node {
     /// revoke others' injections on it.
     ///
     /// # Errors
-    /// [`ControlError::InvalidParams`] for a relative or missing `cwd` or a
-    /// relative additional directory; [`ControlError::Storage`].
+    /// [`ControlError::InvalidParams`] for a relative or missing `cwd`, a
+    /// relative additional directory, or a root (`cwd` or an additional
+    /// directory) that is, contains or lies inside the data dir or contains
+    /// the receipt key file (compared after resolving symlinks and `..`; see
+    /// [`PrivatePaths`]); [`ControlError::Storage`].
     pub async fn new_session_by(
         &self,
         params: NewSession,
@@ -1069,6 +1073,11 @@ impl Node {
                 "additionalDirectories",
                 &format!("{} is not an absolute path", bad.display()),
             ));
+        }
+        let private = PrivatePaths::of(&self.env.config);
+        private.check("cwd", &params.cwd)?;
+        for dir in &params.additional_directories {
+            private.check("additionalDirectories", dir)?;
         }
         if params.labels.len() > 32
             || params.labels.iter().any(|l| {
@@ -1686,4 +1695,89 @@ impl Node {
             tracing::warn!(error = %e, "could not fold the journal's commit log into its file at shutdown; the next start replays it");
         }
     }
+}
+
+/// What no session root may reach: the data dir (journal, commit log, key
+/// file, process ledger, control socket) and the receipt key file. Each is
+/// held in its absolute lexical form and, when it exists, canonicalized.
+struct PrivatePaths {
+    data_dir: Vec<PathBuf>,
+    key_file: Vec<PathBuf>,
+}
+
+impl PrivatePaths {
+    fn of(config: &crate::config::NodeConfig) -> Self {
+        let data_dir = resolved_forms(&config.data_dir);
+        let key_file = if config.receipt_keys.is_none() {
+            resolved_forms(&config.data_dir.join(berth_storage::KEY_FILE))
+        } else {
+            Vec::new()
+        };
+        Self { data_dir, key_file }
+    }
+
+    /// Refuses `root` (the value of `field`) when it is, contains or lies
+    /// inside the data dir, or contains the key file.
+    fn check(&self, field: &str, root: &Path) -> Result<(), ControlError> {
+        let root = resolved_forms(root);
+        let overlaps = root.iter().any(|r| {
+            self.data_dir
+                .iter()
+                .any(|d| r.starts_with(d) || d.starts_with(r))
+        });
+        if overlaps {
+            return Err(ControlError::invalid(
+                field,
+                "is, contains or lies inside berth's data dir (its journal and receipt keys); \
+                 give the session a directory outside it",
+            ));
+        }
+        if root
+            .iter()
+            .any(|r| self.key_file.iter().any(|k| k.starts_with(r)))
+        {
+            return Err(ControlError::invalid(
+                field,
+                "contains berth's receipt key file, beside its data dir; \
+                 give the session a directory that does not",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `path`'s absolute lexical form (`.` and `..` folded) and its real form:
+/// canonicalized when it exists, else its nearest existing ancestor
+/// canonicalized with the rest folded onto it (a component that does not
+/// exist is no symlink).
+fn resolved_forms(path: &Path) -> Vec<PathBuf> {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let parts: Vec<_> = absolute.components().collect();
+    let mut forms = vec![fold(PathBuf::new(), &parts)];
+    for existing in (1..=parts.len()).rev() {
+        let prefix: PathBuf = parts[..existing].iter().collect();
+        if let Ok(real) = prefix.canonicalize() {
+            let real = fold(real, &parts[existing..]);
+            if real != forms[0] {
+                forms.push(real);
+            }
+            break;
+        }
+    }
+    forms
+}
+
+/// `base` with `parts` pushed onto it, `.` and `..` folded lexically.
+fn fold(mut base: PathBuf, parts: &[std::path::Component<'_>]) -> PathBuf {
+    use std::path::Component;
+    for part in parts {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                base.pop();
+            }
+            other => base.push(other),
+        }
+    }
+    base
 }

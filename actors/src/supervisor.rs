@@ -78,6 +78,8 @@ mod tests {
     async fn a_failed_session_actor_is_restarted_from_the_journal_and_its_turn_sealed() {
         let dir = tempfile::tempdir().unwrap();
         let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:sup").unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
         let node = Node::start(NodeConfig::new(
             dir.path().join("data"),
             std::sync::Arc::new(model),
@@ -85,7 +87,7 @@ mod tests {
         .await
         .unwrap();
         let record = node
-            .new_session(NewSession::in_dir(dir.path().to_path_buf()))
+            .new_session(NewSession::in_dir(work.clone()))
             .await
             .unwrap();
         let sid = record.session_id.clone();

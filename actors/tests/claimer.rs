@@ -39,6 +39,14 @@ fn config(data: &Path, clock: &Arc<ManualClock>) -> NodeConfig {
     config
 }
 
+/// `dir/work`, created: a session cwd beside the data dir `dir/data` (a
+/// session root may not contain the data dir).
+fn work(dir: &Path) -> std::path::PathBuf {
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    work
+}
+
 /// Parks a new idle session with a one-minute `resume_with_input` timeout;
 /// returns it and its handle.
 async fn park(node: &Node, cwd: &Path) -> (SessionId, String) {
@@ -149,7 +157,7 @@ async fn a_claimed_resume_is_completed_before_the_next_control() {
     let node = Node::start(config(&dir.path().join("data"), &clock))
         .await
         .unwrap();
-    let (id, handle) = park(&node, dir.path()).await;
+    let (id, handle) = park(&node, &work(dir.path())).await;
     let claimed_at = T0_MS + 60_000 + 7;
     node.journal()
         .commit(Batch::new().claim(&scheduler_claim(&id, &handle, claimed_at)))
@@ -208,7 +216,7 @@ fn a_claim_cut_off_by_a_crash_is_completed_once_at_the_next_start() {
     let rt = runtime();
     let id = rt.block_on(async {
         let node = Node::start(config(&data, &clock)).await.unwrap();
-        let (id, handle) = park(&node, dir.path()).await;
+        let (id, handle) = park(&node, &work(dir.path())).await;
         node.journal()
             .commit(Batch::new().claim(&scheduler_claim(&id, &handle, claimed_at)))
             .await
@@ -245,7 +253,7 @@ async fn controls_racing_a_wake_up_get_typed_answers_and_take_effect() {
         .unwrap();
     let mut parked = Vec::new();
     for _ in 0..120 {
-        parked.push(park_for(&node, dir.path(), 0.004).await);
+        parked.push(park_for(&node, &work(dir.path()), 0.004).await);
     }
     let races = parked.iter().enumerate().map(|(i, (id, outcome))| {
         let (node, id, handle) = (node.clone(), id.clone(), outcome.handle.clone());

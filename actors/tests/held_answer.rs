@@ -48,12 +48,14 @@ impl CompletionJudge for Gate {
 
 /// A node whose turns stop at the end of their answer until released (the
 /// receiver hears when one is reached, the sender releases it), and a new
-/// session in `dir` (the journal in `dir/data`).
+/// session in `dir/work` (the journal in `dir/data`).
 async fn gated_session(
     dir: &std::path::Path,
 ) -> (Node, SessionId, mpsc::Receiver<()>, mpsc::Sender<()>) {
     let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:held").unwrap();
     let mut config = NodeConfig::new(dir.join("data"), Arc::new(model));
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
     let (reached_tx, reached) = mpsc::channel();
     let (release, release_rx) = mpsc::channel();
     config.completion_judge = Some(Arc::new(Gate {
@@ -62,7 +64,7 @@ async fn gated_session(
     }));
     let node = Node::start(config).await.unwrap();
     let id = node
-        .new_session(NewSession::in_dir(dir.to_path_buf()))
+        .new_session(NewSession::in_dir(work))
         .await
         .unwrap()
         .session_id;

@@ -68,12 +68,15 @@ pub struct Endpoint {
 impl Endpoint {
     /// The local control socket this endpoint names (when no `--server`).
     pub fn socket_path(&self) -> PathBuf {
-        self.socket.clone().unwrap_or_else(|| {
+        let path = self.socket.clone().unwrap_or_else(|| {
             self.data_dir
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("berth-data"))
                 .join(crate::CONTROL_SOCKET)
-        })
+        });
+        // Absolute, as the server's data dir is; a current directory that
+        // cannot be read leaves it relative (the connect then says so).
+        std::path::absolute(&path).unwrap_or(path)
     }
 
     /// A short description for messages: the URL or the socket path.
@@ -257,6 +260,11 @@ impl Client {
                     tracing::debug!("--token is ignored on the local control socket");
                 }
                 let path = endpoint.socket_path();
+                // Another user's socket is not talked to (a missing one is
+                // reported by the connect below).
+                if std::fs::symlink_metadata(&path).is_ok() {
+                    berth_acp::transport::local::check_owner(&path)?;
+                }
                 let stream = tokio::time::timeout(
                     CONNECT_TIMEOUT,
                     tokio::net::UnixStream::connect(&path),

@@ -209,9 +209,24 @@ impl Journal {
                 chrono::Utc::now(),
             )?,
         };
-        let db = redb::Builder::new()
-            .set_cache_size(options.cache_bytes)
-            .create(path)
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            crate::private::ensure_dir(dir).map_err(|e| open_err(e.to_string()))?;
+        }
+        let file = crate::private::open(
+            path,
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+        )
+        .map_err(|e| open_err(e.to_string()))?;
+        let db = redb::backends::FileBackend::new(file)
+            .and_then(|backend| {
+                redb::Builder::new()
+                    .set_cache_size(options.cache_bytes)
+                    .create_with_backend(backend)
+            })
             .map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => open_err(
                 "another process holds it; stop the other berth using this data dir, or pass another --data-dir"

@@ -34,7 +34,7 @@
 
 use std::fmt;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -328,7 +328,7 @@ impl Keyring {
     /// does not parse; [`KeyringError::Io`].
     pub fn load(data_dir: &Path) -> Result<Self, KeyringError> {
         let path = Self::key_file(data_dir);
-        let meta = match std::fs::metadata(&path) {
+        let meta = match std::fs::symlink_metadata(&path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(KeyringError::Missing {
@@ -338,13 +338,21 @@ impl Keyring {
             Err(e) => return Err(io_err(&path, e)),
         };
         let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
+        // A symlink is refused by the read below, which does not follow it.
+        if mode & 0o077 != 0 && !meta.file_type().is_symlink() {
             return Err(KeyringError::Permissions {
                 path: path.display().to_string(),
                 mode,
             });
         }
-        let text = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
+        let text = crate::private::read(&path)
+            .map_err(|e| io_err(&path, e))
+            .and_then(|bytes| {
+                String::from_utf8(bytes).map_err(|_| KeyringError::Invalid {
+                    source_name: path.display().to_string(),
+                    message: "not UTF-8".into(),
+                })
+            })?;
         let source = path.display().to_string();
         let invalid = |message: String| KeyringError::Invalid {
             source_name: source.clone(),
@@ -432,7 +440,7 @@ impl Keyring {
     /// Writes the key file: a temporary file created 0600, fsynced, renamed
     /// over the old one, and the directory fsynced.
     fn write(&self, data_dir: &Path) -> Result<(), KeyringError> {
-        std::fs::create_dir_all(data_dir).map_err(|e| io_err(data_dir, e))?;
+        crate::private::ensure_dir(data_dir).map_err(|e| io_err(data_dir, e))?;
         let path = Self::key_file(data_dir);
         let tmp = data_dir.join(format!("{KEY_FILE}.tmp"));
         let file = KeyFile {
@@ -453,12 +461,11 @@ impl Keyring {
             message: e.to_string(),
         })?;
         let _ = std::fs::remove_file(&tmp);
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| io_err(&tmp, e))?;
+        let mut out = crate::private::open(
+            &tmp,
+            std::fs::OpenOptions::new().write(true).create_new(true),
+        )
+        .map_err(|e| io_err(&tmp, e))?;
         // The umask can only remove bits; make sure of 0600 anyway.
         out.set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(|e| io_err(&tmp, e))?;

@@ -43,11 +43,13 @@ mod tables;
 pub mod verify;
 mod writer;
 
+pub mod private;
+
 pub use batch::Batch;
 pub use error::StorageError;
 pub use journal::{
     Journal, JournalCounts, JournalOptions, Queued, DEFAULT_CACHE_BYTES, JOURNAL_FORMAT,
 };
-pub use keyring::{KeyInfo, KeyOrigin, Keyring, KeyringError, SignatureError};
+pub use keyring::{KeyInfo, KeyOrigin, Keyring, KeyringError, SignatureError, KEY_FILE};
 pub use records::{OpenTurn, SessionRecord, TurnCheckpoint};
 pub use writer::{COMMIT_ERRORS_TOTAL, COMMIT_GROUP_SIZE, COMMIT_SECONDS};

@@ -62,7 +62,10 @@ impl Opened {
             ));
         }
         let log_path = commit_log::path_beside(path);
-        match ReadOnlyDatabase::open(path) {
+        let file = crate::private::open_read_only(path).map_err(|e| open_err(e.to_string()))?;
+        let opened = redb::backends::FileBackend::new(file)
+            .and_then(|backend| redb::Builder::new().open_read_only_with_backend(backend));
+        match opened {
             Ok(db) => {
                 let (applied, log) = log_beside(&db, &log_path)?;
                 if log.last().is_none_or(|r| r.seq <= applied) {
@@ -166,8 +169,14 @@ impl TempCopy {
             "berth-readonly-{}-{nanos}.redb",
             std::process::id()
         ));
-        std::fs::copy(path, &copy)?;
-        Ok(Self(copy))
+        let mut from = crate::private::open_read_only(path)?;
+        let mut to = crate::private::open(
+            &copy,
+            std::fs::OpenOptions::new().write(true).create_new(true),
+        )?;
+        let copied = Self(copy);
+        std::io::copy(&mut from, &mut to)?;
+        Ok(copied)
     }
 }
 

@@ -198,13 +198,15 @@ mod tests {
     }
 
     /// A node on a fresh data dir whose model plays `script`, configured by
-    /// `configure`; the temporary directory doubles as the sessions' cwd.
+    /// `configure`; the sessions' cwd is `work` in the returned directory,
+    /// beside the data dir.
     async fn node_with(
         script: &str,
         configure: impl FnOnce(&mut NodeConfig),
     ) -> (tempfile::TempDir, Node) {
         let dir = tempfile::tempdir().unwrap();
         let model = ScriptedModel::parse(script, "toml", "scripted:passivate").unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
         let mut config = NodeConfig::new(dir.path().join("data"), Arc::new(model));
         configure(&mut config);
         let node = Node::start(config).await.unwrap();
@@ -225,7 +227,7 @@ mod tests {
         let mut ids = Vec::new();
         for _ in 0..5 {
             let sid = node
-                .new_session(NewSession::in_dir(dir.path()))
+                .new_session(NewSession::in_dir(dir.path().join("work")))
                 .await
                 .unwrap()
                 .session_id;
@@ -287,7 +289,7 @@ mod tests {
         )
         .await;
         let sid = node
-            .new_session(NewSession::in_dir(dir.path()))
+            .new_session(NewSession::in_dir(dir.path().join("work")))
             .await
             .unwrap()
             .session_id;
@@ -339,7 +341,7 @@ mod tests {
     async fn a_parked_session_gives_up_its_actor_and_loses_no_control_or_watcher() {
         let (dir, node) = node_with("", |config| config.passivate_after_ms = 0).await;
         let sid = node
-            .new_session(NewSession::in_dir(dir.path().to_path_buf()))
+            .new_session(NewSession::in_dir(dir.path().join("work")))
             .await
             .unwrap()
             .session_id;

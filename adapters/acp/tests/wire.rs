@@ -230,8 +230,8 @@ fn error_of(v: &Value) -> (i64, Value) {
 
 #[tokio::test]
 async fn malformed_frames_get_typed_errors_and_change_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    let data = tempfile::tempdir().unwrap();
+    let node = node(data.path()).await;
     let mut c = Client::connect(
         &node,
         ServeOptions {
@@ -322,8 +322,9 @@ async fn malformed_frames_get_typed_errors_and_change_nothing() {
 /// as a later one does: never as a `completed` killed process.
 #[tokio::test]
 async fn a_cancel_at_once_abandons_the_running_call() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let prompt = c.prompt(&sid, "sleep").await;
@@ -363,8 +364,9 @@ async fn a_cancel_at_once_abandons_the_running_call() {
 
 #[tokio::test]
 async fn cancel_and_list_do_not_wait_behind_a_running_prompt() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     c.call(
         "initialize",
@@ -409,8 +411,9 @@ async fn cancel_and_list_do_not_wait_behind_a_running_prompt() {
 
 #[tokio::test]
 async fn requests_past_the_in_flight_bound_are_refused_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(
         &node,
         ServeOptions {
@@ -429,8 +432,9 @@ async fn requests_past_the_in_flight_bound_are_refused_at_once() {
 
 #[tokio::test]
 async fn a_second_client_loading_mid_turn_sees_every_event_exactly_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut a = Client::connect(&node, ServeOptions::default());
     let sid = a.new_session(dir.path()).await;
     let prompt = a.prompt(&sid, "slow").await;
@@ -476,8 +480,9 @@ async fn a_second_client_loading_mid_turn_sees_every_event_exactly_once() {
 
 #[tokio::test]
 async fn closed_sessions_stay_readable_and_refuse_prompts() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let image = json!({"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"});
@@ -523,8 +528,9 @@ async fn closed_sessions_stay_readable_and_refuse_prompts() {
 
 #[tokio::test]
 async fn controls_racing_a_close_get_closed_session_answers() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     for _ in 0..10 {
         let sid = c.new_session(dir.path()).await;
@@ -556,8 +562,9 @@ fn receipts(notes: &[Value]) -> Vec<Value> {
 /// would deliver the message (it was accepted, and could be lost).
 #[tokio::test]
 async fn a_steer_after_the_cancel_finds_no_active_prompt() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let prompt = c.prompt(&sid, "sleep").await; // a 30 s tool call
@@ -587,8 +594,9 @@ async fn a_steer_after_the_cancel_finds_no_active_prompt() {
 
 #[tokio::test]
 async fn inject_revoke_replace_and_their_receipts() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let mut notes = Vec::new();
@@ -786,8 +794,9 @@ async fn inject_revoke_replace_and_their_receipts() {
 
 #[tokio::test]
 async fn cancel_tool_call_stops_one_call_and_the_turn_goes_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let prompt = c.prompt(&sid, "two jobs").await;
@@ -858,8 +867,9 @@ async fn cancel_tool_call_stops_one_call_and_the_turn_goes_on() {
 
 #[tokio::test]
 async fn rollback_and_redo_move_the_transcript_and_the_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let (r, _) = c
@@ -975,8 +985,12 @@ async fn next_permission_request(c: &mut Client) -> Value {
 
 #[tokio::test]
 async fn approval_gated_tools_wait_for_the_client() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node_with(dir.path(), |c| c.needs_approval = vec!["write_file".into()]).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node_with(data.path(), |c| {
+        c.needs_approval = vec!["write_file".into()]
+    })
+    .await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let a = dir.path().join("a.txt");
@@ -1053,8 +1067,9 @@ async fn approval_gated_tools_wait_for_the_client() {
 #[tokio::test]
 async fn only_the_injecting_client_may_revoke_or_replace() {
     use berth_actors::{Principal, Role};
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     // alice creates the session; bob is another controller; the local
     // connection is the host owner.
     let alice = Some(Principal::new("alice", Role::Controller));
@@ -1136,8 +1151,12 @@ async fn only_the_injecting_client_may_revoke_or_replace() {
 
 #[tokio::test]
 async fn a_client_that_goes_away_mid_approval_does_not_hang_the_connection() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node_with(dir.path(), |c| c.needs_approval = vec!["write_file".into()]).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node_with(data.path(), |c| {
+        c.needs_approval = vec!["write_file".into()]
+    })
+    .await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let prompt = c.prompt(&sid, "write v1").await;
@@ -1163,8 +1182,9 @@ async fn a_client_that_goes_away_mid_approval_does_not_hang_the_connection() {
 
 #[tokio::test]
 async fn rollback_never_overwrites_blindly_nor_hangs_on_special_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     c.exchange_prompt(&sid, "write v1").await;
@@ -1261,8 +1281,9 @@ async fn suspend_mid_turn(c: &mut Client, sid: &str) -> (Value, Value) {
 
 #[tokio::test]
 async fn cancel_or_close_drop_a_parked_turn_and_use_up_its_handle() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let (suspended, answer) = suspend_mid_turn(&mut c, &sid).await;
@@ -1327,8 +1348,9 @@ async fn cancel_or_close_drop_a_parked_turn_and_use_up_its_handle() {
 
 #[tokio::test]
 async fn suspend_params_are_validated_naming_the_field_and_change_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let cases = [
@@ -1424,8 +1446,9 @@ async fn suspend_params_are_validated_naming_the_field_and_change_nothing() {
 
 #[tokio::test]
 async fn a_broadcast_suspend_reports_every_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(
         &node,
         ServeOptions {
@@ -1501,8 +1524,9 @@ async fn a_broadcast_suspend_reports_every_session() {
 
 #[tokio::test]
 async fn a_budget_breach_suspends_for_the_policy_and_a_refill_resumes() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node_with(dir.path(), |c| {
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node_with(data.path(), |c| {
         c.budgets = vec![berth_runtime::budget::BudgetPolicy {
             label: Some("metered".into()),
             limits: berth_runtime::budget::BudgetLimits {
@@ -1570,8 +1594,9 @@ async fn a_budget_breach_suspends_for_the_policy_and_a_refill_resumes() {
 
 #[tokio::test]
 async fn a_schedule_prompts_its_session_until_paused_and_validates_its_fields() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     for (params, field) in [
@@ -1629,8 +1654,9 @@ async fn a_schedule_prompts_its_session_until_paused_and_validates_its_fields() 
 /// still reaches the connection once the session rehydrates.
 #[tokio::test]
 async fn a_connection_hears_each_of_its_passivated_sessions_resume() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node_with(dir.path(), |c| c.passivate_after_ms = 0).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node_with(data.path(), |c| c.passivate_after_ms = 0).await;
     let mut watching = Client::connect(&node, ServeOptions::default());
     watching
         .call(
@@ -1682,8 +1708,9 @@ async fn next_note(c: &mut Client, pred: impl Fn(&Value) -> bool) -> Value {
 
 #[tokio::test]
 async fn a_scheduled_wakeup_names_its_lateness_and_the_fresh_turn_it_starts() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     // A `suspendUpdates` client: the `resumed` session/update carries the
     // wake-up's lateness in its `_meta.berth`.
     let mut c = Client::connect(&node, ServeOptions::default());
@@ -1737,8 +1764,9 @@ async fn a_scheduled_wakeup_names_its_lateness_and_the_fresh_turn_it_starts() {
 
 #[tokio::test]
 async fn an_event_without_data_wakes_without_input() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     c.call(
@@ -1813,8 +1841,8 @@ mod buffered_output {
 
     #[tokio::test]
     async fn a_burst_of_frames_takes_at_most_one_write_each_and_every_frame_arrives() {
-        let dir = tempfile::tempdir().unwrap();
-        let node = node(dir.path()).await;
+        let data = tempfile::tempdir().unwrap();
+        let node = node(data.path()).await;
         let (ours, theirs) = tokio::io::duplex(1 << 20);
         let (r, w) = tokio::io::split(theirs);
         let writes = Arc::new(AtomicUsize::new(0));
@@ -1860,8 +1888,12 @@ mod buffered_output {
 #[tokio::test]
 async fn observers_watch_approvals_but_are_never_asked() {
     use berth_actors::{Principal, Role};
-    let dir = tempfile::tempdir().unwrap();
-    let node = node_with(dir.path(), |c| c.needs_approval = vec!["write_file".into()]).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node_with(data.path(), |c| {
+        c.needs_approval = vec!["write_file".into()]
+    })
+    .await;
     // The observer attaches first: it would be the first watcher asked.
     let mut watcher = Client::connect_as(
         &node,
@@ -1901,8 +1933,9 @@ async fn observers_watch_approvals_but_are_never_asked() {
 
 #[tokio::test]
 async fn list_entries_and_session_get_carry_state_spend_and_the_suspension() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let r = c
         .call(

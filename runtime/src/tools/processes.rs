@@ -176,13 +176,33 @@ fn is_recorded_group(pgid: i32, started: &str) -> bool {
     }
 }
 
+/// Writes a ledger file: created 0600, never through a symlink planted in
+/// its place (`O_NOFOLLOW`).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)?
+        .write_all(bytes)
+}
+
 impl ProcessLedger {
-    /// Opens (creating) the ledger directory.
+    /// Opens (creating) the ledger directory, mode 0700; its files are 0600.
     ///
     /// # Errors
     /// I/O errors creating the directory.
     pub fn open(dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         Ok(Self {
             dir: dir.to_path_buf(),
         })
@@ -192,9 +212,9 @@ impl ProcessLedger {
         let Some(started) = start_time(pgid) else {
             return;
         };
-        if let Err(e) = std::fs::write(
-            self.dir.join(pgid.to_string()),
-            format!("{started} {owner}"),
+        if let Err(e) = write_private(
+            &self.dir.join(pgid.to_string()),
+            format!("{started} {owner}").as_bytes(),
         ) {
             tracing::warn!(pgid, error = %e, "cannot record a process group in the ledger");
         }

@@ -271,7 +271,7 @@ pub(crate) fn check_present(path: &Path, in_use: bool) -> std::io::Result<()> {
 /// log damaged in the middle (see [`parse_checked`]).
 pub(crate) fn read(path: &Path, applied: u64) -> std::io::Result<Vec<Record>> {
     let mut bytes = Vec::new();
-    match File::open(path) {
+    match crate::private::open_read_only(path) {
         Ok(mut file) => {
             file.read_to_end(&mut bytes)?;
         }
@@ -292,12 +292,14 @@ impl CommitLog {
     /// [`std::io::ErrorKind::InvalidData`] for a log damaged in the middle
     /// (see [`parse_checked`]): nothing is written then.
     pub(crate) fn open(path: &Path, applied: u64) -> std::io::Result<(Self, Vec<Record>)> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let mut file = crate::private::open(
+            path,
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+        )?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
         let (records, len) = parse_checked(&bytes, applied)?;

@@ -17,6 +17,58 @@ use crate::connection::{serve, ServeOptions};
 /// Most connections served at once; more wait for a slot.
 pub const MAX_CONNECTIONS: usize = 64;
 
+/// Removes the file at `path` if there is one and it is berth's user's
+/// (a socket a dead berth left); refuses another user's.
+fn remove_own(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.uid() != nix::unistd::geteuid().as_raw() => Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} belongs to uid {}, not to uid {} that berth runs as; it is not \
+                     replaced (remove it, and make the data dir private: `chmod 700`)",
+                path.display(),
+                meta.uid(),
+                nix::unistd::geteuid().as_raw()
+            ),
+        )),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Checks, before a client connects, that the socket at `path` is a socket
+/// owned by the user the client runs as (a socket another user planted
+/// would receive the client's requests and answer them).
+///
+/// # Errors
+/// [`std::io::ErrorKind::PermissionDenied`] naming the owner for another
+/// user's file or a file that is no socket; I/O errors reading it.
+pub fn check_owner(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::symlink_metadata(path)?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.file_type().is_socket() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} is not a socket", path.display()),
+        ));
+    }
+    if meta.uid() != me {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "the control socket {} belongs to uid {}, not to uid {me} this command runs as; \
+                 it is not used (another user may have planted it)",
+                path.display(),
+                meta.uid()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A bound control socket; the file is removed when this is dropped.
 #[derive(Debug)]
 pub struct LocalSocket {
@@ -27,16 +79,26 @@ pub struct LocalSocket {
 impl LocalSocket {
     /// Binds `path` (replacing a stale socket file a dead berth left; the
     /// journal lock already guarantees no live berth uses this data dir) with
-    /// mode 0600.
+    /// mode 0600 from the moment it appears: the socket is bound at
+    /// `path` + `.new`, set 0600, then renamed to `path`.
     ///
     /// # Errors
-    /// I/O errors binding or setting permissions.
+    /// I/O errors binding or setting permissions;
+    /// [`std::io::ErrorKind::PermissionDenied`] when a file at `path` (or
+    /// the temporary name) belongs to another user: it is left alone.
     pub fn bind(path: &Path) -> std::io::Result<Self> {
-        if std::fs::symlink_metadata(path).is_ok() {
-            std::fs::remove_file(path)?;
+        let mut staging = path.as_os_str().to_owned();
+        staging.push(".new");
+        let staging = PathBuf::from(staging);
+        remove_own(&staging)?;
+        remove_own(path)?;
+        let listener = UnixListener::bind(&staging)?;
+        let placed = std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))
+            .and_then(|()| std::fs::rename(&staging, path));
+        if let Err(e) = placed {
+            let _ = std::fs::remove_file(&staging);
+            return Err(e);
         }
-        let listener = UnixListener::bind(path)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         Ok(Self {
             path: path.to_owned(),
             listener: Some(listener),
