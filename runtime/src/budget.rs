@@ -10,6 +10,29 @@ use serde::{Deserialize, Serialize};
 use crate::frame::Accounting;
 use crate::model::Usage;
 
+/// The key of a resume input that carries a budget top-up (`{"budget":
+/// BudgetLimits}`): berth consumes it (the allowance grows) and it never
+/// reaches the model.
+pub const GRANT_KEY: &str = "budget";
+
+/// The part of a resume `input` the model is shown: the input without its
+/// [`GRANT_KEY`] top-up. An object that held only the top-up leaves nothing
+/// (`None`: no message at all); any other input is shown whole. The
+/// journaled input keeps the top-up (the grant is replayed from it).
+pub fn model_input(input: Option<&serde_json::Value>) -> Option<serde_json::Value> {
+    match input? {
+        serde_json::Value::Object(fields) if fields.contains_key(GRANT_KEY) => {
+            let rest: serde_json::Map<String, serde_json::Value> = fields
+                .iter()
+                .filter(|(k, _)| k.as_str() != GRANT_KEY)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            (!rest.is_empty()).then_some(serde_json::Value::Object(rest))
+        }
+        other => Some(other.clone()),
+    }
+}
+
 /// Limits; `None` is unlimited.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
