@@ -253,6 +253,21 @@ impl Budget {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_model_sees_a_resume_input_without_its_top_up() {
+        use serde_json::json;
+        let only = json!({"budget": {"max_tool_calls": 50}});
+        assert_eq!(model_input(Some(&only)), None);
+        let mixed = json!({"budget": {"max_tool_calls": 50}, "note": "go on"});
+        assert_eq!(model_input(Some(&mixed)), Some(json!({"note": "go on"})));
+        let text = json!("carry on");
+        assert_eq!(model_input(Some(&text)), Some(text.clone()));
+        let other = json!({"answer": 42});
+        assert_eq!(model_input(Some(&other)), Some(other.clone()));
+        assert_eq!(model_input(None), None);
+    }
+
     use super::*;
 
     #[test]
