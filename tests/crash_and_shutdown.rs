@@ -769,3 +769,59 @@ fn a_commit_log_deleted_after_sigkill_is_refused_until_put_back() {
         String::from_utf8_lossy(&verify.stdout)
     );
 }
+
+#[test]
+fn a_cancel_answered_before_a_sigkill_seals_the_turn_user_cancelled() {
+    let (_dir, data, cwd, script) = workspace(SCRIPT);
+    let mut server = Server::initialized(&data, &script);
+    let sid = server.new_session(2, &cwd);
+    server.prompt(3, &sid, "slow");
+    let mut chunks = 0;
+    while chunks < 3 {
+        if server.next()["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            chunks += 1;
+        }
+    }
+    // The turn waits in its long model delay; the cancel is durable once
+    // answered, and berth dies right after.
+    server.send(4, "session/cancel", json!({"sessionId": sid}));
+    let mut answer = server.next();
+    while answer["id"] != json!(4) {
+        answer = server.next();
+    }
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    assert_eq!(answer["result"]["status"], "cancelled", "{answer}");
+    drop(server);
+
+    let mut server = Server::start(&data, &script);
+    server.send(1, "session/load", json!({"sessionId": sid}));
+    let (replayed, _) = server.until(1);
+    let ended: Vec<&Value> = replayed
+        .iter()
+        .filter(|n| n["params"]["type"] == "turn_ended")
+        .collect();
+    assert_eq!(ended.len(), 1, "{replayed:?}");
+    let terminal = &ended[0]["params"]["event"]["terminal"];
+    assert_eq!(
+        (terminal["kind"].as_str(), terminal["owner"].as_str()),
+        (Some("user_cancelled"), Some("user")),
+        "{terminal}"
+    );
+    assert_eq!(ended[0]["params"]["event"]["stop_reason"], "cancelled");
+    drop(server);
+    let out = common::cli(&["replay", &sid, "--verify"], &data);
+    assert!(
+        out.status.success(),
+        "replay --verify: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = common::cli(&["verify"], &data);
+    assert!(
+        out.status.success(),
+        "verify: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

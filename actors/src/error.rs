@@ -82,6 +82,18 @@ pub enum ControlError {
         /// The suspension's handle.
         handle: String,
     },
+    /// A `session/suspend` asked for other resume conditions than the suspend
+    /// already pending on the running turn (which keeps its own; a repeated
+    /// suspend joins it only with none or the same ones).
+    #[error("session {session_id} has a suspend pending (handle {handle}) with other resumeWhen conditions")]
+    SuspendPending {
+        /// The session.
+        session_id: SessionId,
+        /// The pending suspension's handle.
+        handle: String,
+        /// The pending request's conditions (`None`: only an explicit resume wakes it).
+        resume_when: Option<Box<berth_runtime::suspension::ResumeConditions>>,
+    },
     /// A resume found nothing to claim (RFC: "the losers get a typed error").
     #[error("cannot resume session {session_id}: {reason}")]
     ResumeConflict {

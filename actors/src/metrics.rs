@@ -5,6 +5,7 @@
 //! | name | kind | labels | unit |
 //! |---|---|---|---|
 //! | `berth_controls_total` | counter | `method`, `outcome` (`accepted` \| `idempotent` \| `rejected`) | controls (one per `control_outcome` receipt) |
+//! | `berth_refusals_coalesced_total` | counter | `method` | role refusals answered but left out of the session's log (coalesced; see `session::lifecycle::refuse`) |
 //! | `berth_turn_duration_seconds` | histogram | `terminal` (terminal kind, or `suspended` for a parked turn) | seconds from a turn's start to its seal or park |
 //! | `berth_wakeup_lateness_seconds` | histogram | `kind` (`timeout` \| `trigger` \| `schedule`) | seconds a scheduled wake-up fired after it was due |
 //!

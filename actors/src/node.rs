@@ -330,6 +330,15 @@ pub struct SessionStatus {
     pub last_event_id: EventId,
     /// The handle of the session's suspension, while it is parked.
     pub suspension_handle: Option<String>,
+    /// A suspend is pending and the running turn reached the seam where it
+    /// parks (RFC state `quiescing`; before that the request is
+    /// `requested`). See [`berth_runtime::engine::TurnControl::begin_quiescing`].
+    pub quiescing: bool,
+    /// The claim that last used up one of this session's suspensions
+    /// (resumed by a client or a wake-up, cancelled, failed), while no newer
+    /// suspension exists; kept in memory by the live actor only (`None` for a
+    /// session read from disk).
+    pub last_claim: Option<berth_runtime::suspension::ResumeClaim>,
 }
 
 /// Sessions by state (see [`Node::session_counts`]).
@@ -1671,6 +1680,8 @@ impl Node {
             active_prompt: false,
             last_event_id,
             suspension_handle,
+            quiescing: false,
+            last_claim: None,
         })
     }
 

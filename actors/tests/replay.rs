@@ -1054,3 +1054,98 @@ fn a_turn_cut_short_by_a_crash_replays_up_to_the_crash() {
     assert!(cut.seq > report.runs[0].last_seq, "{}", events_of(&report));
     assert_eq!(cut.cause, CutCause::Recovered);
 }
+
+/// A cancel whose receipt is durable (it was answered `cancelled`) but whose
+/// turn berth died before sealing: the next start seals the turn
+/// `user_cancelled` (owner `user`), as the client was told, not
+/// `process_restarted`; replay still verifies.
+#[test]
+fn a_journaled_cancel_decides_the_seal_of_a_turn_a_crash_left_open() {
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let rt = runtime();
+    let (h, id) = rt.block_on(async {
+        let h = Harness::start().await;
+        let id = h.session().await;
+        let _turn = h.prompt(&id, "do the big fix");
+        h.wait_running("release").await;
+        // The receipt the cancel handler journals before it answers, made
+        // durable while the turn is still running (the crash comes before
+        // the turn's seal).
+        let journal = h.node.journal();
+        let receipt = journal
+            .keyring()
+            .sign(berth_runtime::event::ControlOutcome {
+                session_id: id.0.clone(),
+                control_id: "ctl_crash".into(),
+                method: "session/cancel".into(),
+                outcome: "cancelled".into(),
+                status: berth_runtime::event::ControlStatus::Accepted,
+                actor: "host".into(),
+                target: json!({"sessionId": id}),
+                reason: None,
+                metadata: Value::Null,
+                decided_at: chrono::Utc::now(),
+            });
+        let record = berth_runtime::event::EventRecord::new(
+            chrono::Utc::now(),
+            SessionEvent::ControlOutcome(receipt),
+        );
+        journal
+            .commit(berth_storage::Batch::new().append(&id, &record))
+            .await
+            .unwrap();
+        (h, id)
+    });
+    let Harness {
+        _dir,
+        data,
+        cwd,
+        keys,
+        node,
+        ..
+    } = h;
+    drop(node);
+    drop(rt);
+    let rt = runtime();
+    let terminal = rt.block_on(async {
+        let model = ScriptedModel::parse(SCRIPT, "toml", "scripted:replay-test").unwrap();
+        let mut config = NodeConfig::new(&data, Arc::new(model) as Arc<dyn ModelProvider>);
+        config.receipt_keys = Some(keys.clone());
+        let node = Node::start(config).await.unwrap();
+        let terminal = node
+            .journal()
+            .events(&id, 0)
+            .unwrap()
+            .into_iter()
+            .find_map(|(_, r)| match r.event {
+                SessionEvent::TurnEnded { terminal, .. } => Some(terminal),
+                _ => None,
+            })
+            .expect("the open turn was sealed");
+        node.shutdown().await;
+        terminal
+    });
+    drop(rt);
+    assert_eq!(terminal.kind, TerminalKind::UserCancelled, "{terminal:?}");
+    assert_eq!(
+        terminal.owner,
+        berth_runtime::terminal::TerminalOwner::User,
+        "{terminal:?}"
+    );
+    let stopped = Stopped {
+        _dir,
+        journal: data.join("journal.redb"),
+        keys,
+        cwd,
+    };
+    // Verified up to the crash; the recovered seal is recognised as one.
+    let report = stopped.replay(&id, true).unwrap();
+    let cut = report.cut_short.clone().expect("cut short");
+    assert_eq!(cut.cause, CutCause::Recovered, "{}", events_of(&report));
+}

@@ -14,6 +14,29 @@ use serde::{Deserialize, Serialize};
 use crate::frame::Accounting;
 use crate::model::Usage;
 
+/// The key of a resume input that carries a budget top-up (`{"budget":
+/// BudgetLimits}`): berth consumes it (the allowance grows) and it never
+/// reaches the model.
+pub const GRANT_KEY: &str = "budget";
+
+/// The part of a resume `input` the model is shown: the input without its
+/// [`GRANT_KEY`] top-up. An object that held only the top-up leaves nothing
+/// (`None`: no message at all); any other input is shown whole. The
+/// journaled input keeps the top-up (the grant is replayed from it).
+pub fn model_input(input: Option<&serde_json::Value>) -> Option<serde_json::Value> {
+    match input? {
+        serde_json::Value::Object(fields) if fields.contains_key(GRANT_KEY) => {
+            let rest: serde_json::Map<String, serde_json::Value> = fields
+                .iter()
+                .filter(|(k, _)| k.as_str() != GRANT_KEY)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            (!rest.is_empty()).then_some(serde_json::Value::Object(rest))
+        }
+        other => Some(other.clone()),
+    }
+}
+
 /// Limits; `None` is unlimited.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -270,6 +293,21 @@ impl Budget {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_model_sees_a_resume_input_without_its_top_up() {
+        use serde_json::json;
+        let only = json!({"budget": {"max_tool_calls": 50}});
+        assert_eq!(model_input(Some(&only)), None);
+        let mixed = json!({"budget": {"max_tool_calls": 50}, "note": "go on"});
+        assert_eq!(model_input(Some(&mixed)), Some(json!({"note": "go on"})));
+        let text = json!("carry on");
+        assert_eq!(model_input(Some(&text)), Some(text.clone()));
+        let other = json!({"answer": 42});
+        assert_eq!(model_input(Some(&other)), Some(other.clone()));
+        assert_eq!(model_input(None), None);
+    }
+
     use super::*;
 
     #[test]

@@ -194,7 +194,8 @@ pub enum SessionEvent {
     /// Renders as `_berth/agentEvent` `session_closed`.
     SessionClosed {},
     /// A `session/suspend` was accepted while a turn runs: the RFC's
-    /// `requested` state; `quiescing` until the turn's in-flight step settles.
+    /// `requested` state, until the turn reaches the seam where it parks
+    /// (then `quiescing`, shown by `session/list`, until `suspended`).
     /// Renders as `_berth/agentEvent` `suspend_requested`.
     SuspendRequested {
         /// The handle the suspension will have.
@@ -209,7 +210,7 @@ pub enum SessionEvent {
         /// What may wake it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         resume_when: Option<ResumeConditions>,
-        /// `quiescing` (a turn is settling) — the state clients see until `suspended`.
+        /// The state when journaled: `requested` (older journals say `quiescing`).
         state: String,
     },
     /// The session is parked (RFC `SessionUpdate_Suspended`). Renders as

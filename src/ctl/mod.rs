@@ -65,9 +65,9 @@ pub enum CtlCommand {
     /// Lists sessions: id, state, whether a prompt runs, suspended since,
     /// resume conditions, tokens and cost.
     Ps {
-        /// Only sessions in this state (idle, running, quiescing,
-        /// suspended, closed).
-        #[arg(long, value_parser = ["idle", "running", "quiescing", "suspended", "closed"])]
+        /// Only sessions in this state (idle, running, requested,
+        /// quiescing, suspended, closed).
+        #[arg(long, value_parser = ["idle", "running", "requested", "quiescing", "suspended", "closed"])]
         state: Option<String>,
         /// Only sessions with this label.
         #[arg(long)]
@@ -898,7 +898,7 @@ async fn suspend(client: &Client, out: Output, id: &str, params: Value) -> anyho
         |method, params, spinner| {
             if method == AGENT_EVENT && params["type"] == "suspend_requested" {
                 spinner.set(format!(
-                    "{id}: quiescing, waiting for the turn's seam (mode {mode})"
+                    "{id}: suspend requested, waiting for the turn's seam (mode {mode})"
                 ));
             }
         },

@@ -301,12 +301,14 @@ pub fn show(entry: &Value, view: &Value, now: DateTime<Utc>) -> String {
             put("  summary", summary.to_owned());
         }
     } else if let Some(s) = view.pointer("/run/suspension").filter(|s| s.is_object()) {
-        // Quiescing: the request waits for its seam.
+        // Pending: the request waits for its seam (`requested`), or the
+        // turn reached it and is checkpointing (`quiescing`).
         put(
             "suspension",
             format!(
-                "{} requested (mode {}), waiting for the turn's seam",
+                "{} {} (mode {}), waiting for the turn's seam",
                 text(&s["handle"]),
+                s["state"].as_str().unwrap_or("requested"),
                 text(&s["mode"])
             ),
         );
@@ -462,7 +464,7 @@ pub fn event_line(method: &str, params: &Value) -> Option<String> {
                     line
                 }
                 "suspend_requested" => format!(
-                    "suspend requested: {} (mode {}), quiescing",
+                    "suspend requested: {} (mode {}), waiting for the turn's seam",
                     text(&event["handle"]),
                     text(&event["mode"])
                 ),

@@ -789,7 +789,7 @@ impl Walk<'_> {
         match (suspension.frame, *continue_transcript) {
             (Some(frame), true) if turn_id.as_ref() == Some(&frame.turn_id) => {
                 let input = berth_runtime::tools::ResumeInput {
-                    input: input.clone(),
+                    input: berth_runtime::budget::model_input(input.as_ref()),
                     cause: *cause,
                 };
                 self.parked_sealed = false;

@@ -76,7 +76,9 @@ fn recovered_exit(rows: &[super::sequencer::Row], index: usize) -> bool {
         SessionEvent::TurnEnded { terminal, .. } => {
             matches!(
                 terminal.kind,
-                TerminalKind::ProcessRestarted | TerminalKind::InternalError
+                TerminalKind::ProcessRestarted
+                    | TerminalKind::InternalError
+                    | TerminalKind::UserCancelled
             ) && terminal.reason.contains(" (turn started ")
         }
         // A client's request completed at start-up: drained outside any seam.

@@ -332,6 +332,11 @@ pub struct SessionState {
     pub(crate) scheduled: std::collections::VecDeque<(String, String)>,
     /// A `Passivate` message is on its way to this actor.
     pub(crate) passivation_asked: bool,
+    /// The claim that used up the session's last suspension (see
+    /// [`crate::node::SessionStatus::last_claim`]); cleared when it parks again.
+    pub(crate) last_claim: Option<berth_runtime::suspension::ResumeClaim>,
+    /// Open coalescing windows of role refusals (see [`lifecycle::refuse`]).
+    pub(crate) refusals: lifecycle::refuse::Refusals,
 }
 
 impl SessionState {
@@ -472,6 +477,8 @@ impl Actor for SessionActor {
             suspend_waiters: Vec::new(),
             scheduled: Default::default(),
             passivation_asked: false,
+            last_claim: None,
+            refusals: Default::default(),
         })
     }
 

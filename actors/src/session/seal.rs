@@ -5,7 +5,7 @@ use berth_runtime::event::{EventRecord, SessionEvent, ToolCallStatus};
 use berth_runtime::history::{close_open_tool_calls, Message};
 use berth_runtime::ids::{EventId, SessionId, ToolCallId};
 use berth_runtime::model::Usage;
-use berth_runtime::terminal::Terminal;
+use berth_runtime::terminal::{Terminal, TerminalKind};
 use berth_storage::{Batch, StorageError, TurnCheckpoint};
 use serde_json::json;
 
@@ -89,7 +89,10 @@ fn loose_ends(events: &[SessionEvent]) -> Vec<SessionEvent> {
     out
 }
 
-/// If the session has an open turn, seals it with `terminal` in one durable
+/// If the session has an open turn, seals it with `terminal` — or with
+/// `user_cancelled` (owner `user`) when the journal holds the accepted
+/// receipt of the `session/cancel` that stopped it: that cancel was answered
+/// `cancelled`, and its durable receipt decides the seal — in one durable
 /// batch: the turn's loose ends settled (see [`loose_ends`]), a `turn_ended`
 /// event, the transcript extended by what the turn's last checkpointed frame
 /// holds (or just its prompt) with every unanswered tool call given an error
@@ -131,6 +134,17 @@ pub async fn seal_open_turn(
         .unwrap_or(all.len());
     let turn_events: Vec<SessionEvent> =
         all[begin..].iter().map(|(_, r)| r.event.clone()).collect();
+    // A cancel the journal holds for this turn was answered `cancelled`:
+    // the turn ends as the client was told, whatever stopped berth before
+    // the seal.
+    let terminal = if cancel_journaled(&turn_events) {
+        Terminal::new(
+            TerminalKind::UserCancelled,
+            "a client sent session/cancel; berth stopped before the turn was sealed",
+        )
+    } else {
+        terminal
+    };
     let terminal = Terminal {
         reason: format!(
             "{} (turn started {})",
@@ -184,6 +198,18 @@ pub async fn seal_open_turn(
         .await?;
     tracing::warn!(session_id = %session_id, turn_id = %open.turn_id, "sealed a turn left open");
     Ok(ids.last().copied())
+}
+
+/// Whether `turn_events` (a turn's events from its `turn_started`) hold the
+/// accepted receipt of a `session/cancel` that stopped it (outcome
+/// `cancelled`).
+fn cancel_journaled(turn_events: &[SessionEvent]) -> bool {
+    turn_events.iter().any(|event| {
+        matches!(event, SessionEvent::ControlOutcome(o)
+            if o.receipt.method == "session/cancel"
+                && o.receipt.status == berth_runtime::event::ControlStatus::Accepted
+                && o.receipt.outcome == "cancelled")
+    })
 }
 
 /// What ends a parked turn that will not continue (`session/close` while

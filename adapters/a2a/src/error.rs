@@ -215,6 +215,9 @@ impl From<ControlError> for RpcError {
                 };
                 Self::unsupported(message, why, &[])
             }
+            ControlError::SuspendPending { handle, .. } => {
+                Self::unsupported(message, "suspend_pending", &[("handle", handle)])
+            }
             ControlError::ResumeRefused { handle, .. } => {
                 Self::unsupported(message, "resume_refused", &[("handle", handle)])
             }

@@ -8,7 +8,7 @@
 //! | -32700 | not JSON | `{reason}` |
 //! | -32600 | not a request object, a batch, a frame over the size bound, or an object that repeats a key (at any depth) | `{reason, …}` (`{reason: "duplicate_key", key, path}` with `path` a JSON Pointer) |
 //! | -32601 | unknown method | `{method}` |
-//! | -32602 | bad params | `{field, reason}` |
+//! | -32602 | bad params | `{field, reason}`; a repeated `session/suspend` whose `resumeWhen` differs from the pending one's: `{field: "resumeWhen", reason: "suspend_pending", sessionId, handle, pendingResumeWhen}` |
 //! | -32603 | internal failure (journal, actor) | `{reason}` |
 //! | -32004 | session not held / no active prompt | `{sessionId}` (`reason: "no_active_prompt"` for the latter) |
 //! | -32005 | session is closed | `{sessionId, reason: "session_closed"}` |
@@ -164,6 +164,16 @@ impl From<ControlError> for RpcError {
                 }
                 Self::new(-32009, e.to_string(), data)
             }
+            ControlError::SuspendPending {
+                session_id,
+                handle,
+                resume_when,
+            } => Self::new(
+                -32602,
+                e.to_string(),
+                json!({"field": "resumeWhen", "reason": "suspend_pending", "sessionId": session_id,
+                       "handle": handle, "pendingResumeWhen": resume_when}),
+            ),
             ControlError::ResumeRefused {
                 session_id,
                 handle,

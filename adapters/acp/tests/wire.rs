@@ -61,6 +61,9 @@ steps = [
   { text = "three jobs done" },
 ]
 [[rules]]
+match = "gated"
+steps = [ { tool_call = { name = "shell", arguments = { command = "while [ ! -e gate.open ]; do sleep 0.02; done; echo through" } } }, { text = "past the gate" } ]
+[[rules]]
 match = "two jobs"
 steps = [
   { tool_calls = [
@@ -1330,7 +1333,7 @@ async fn cancel_or_close_drop_a_parked_turn_and_use_up_its_handle() {
             json!({"sessionId": sid, "handle": handle}),
         )
         .await;
-    assert_eq!(error_of(&r).0, -32009, "{r}");
+    assert_eq!(error_of(&r).0, -32005, "{r}");
     assert_eq!(
         c.call("session/close", json!({"sessionId": sid})).await["result"],
         json!({})
@@ -1589,7 +1592,9 @@ async fn a_budget_breach_suspends_for_the_policy_and_a_refill_resumes() {
         ended["params"]["event"]["terminal"]["kind"], "completed",
         "{ended}"
     );
-    assert_eq!(log(), "A\nC\n");
+    // The top-up is berth's, not the model's: the turn reads no resume
+    // message and carries on with its script where it parked.
+    assert_eq!(log(), "A\nB\n");
 }
 
 #[tokio::test]
@@ -2317,4 +2322,336 @@ async fn a_message_that_repeats_a_key_is_refused_whole() {
     let entry = &list["result"]["sessions"][0];
     assert_eq!(entry["sessionId"], sid.as_str(), "{list}");
     assert!(entry["_meta"]["berth"]["closedAt"].is_null(), "{list}");
+}
+
+/// Opens the gate a "gated" turn's shell call waits for.
+fn open_gate(dir: &std::path::Path) {
+    std::fs::write(dir.join("gate.open"), "").unwrap();
+}
+
+/// The session's `_meta.berth.state` in `session/list`.
+async fn listed_state(c: &mut Client, sid: &str) -> Value {
+    let list = c.call("session/list", json!({})).await;
+    list["result"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["sessionId"] == sid)
+        .map(|s| s["_meta"]["berth"]["state"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn a_closed_session_refuses_every_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let suspended = c.call("session/suspend", json!({"sessionId": sid})).await;
+    let handle = suspended["result"]["handle"].as_str().unwrap().to_owned();
+    assert_eq!(
+        c.call("session/close", json!({"sessionId": sid})).await["result"],
+        json!({})
+    );
+    let closed = json!({"sessionId": sid, "reason": "session_closed"});
+    for params in [
+        json!({"sessionId": sid}),
+        json!({"sessionId": sid, "handle": handle}),
+        json!({"sessionId": sid, "input": "go"}),
+    ] {
+        let r = c.call("session/resume", params.clone()).await;
+        assert_eq!(error_of(&r), (-32005, closed.clone()), "{params}: {r}");
+    }
+}
+
+#[tokio::test]
+async fn a_bare_resume_of_a_suspension_claimed_by_another_names_that_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut a = Client::connect(&node, ServeOptions::default());
+    let mut b = Client::connect(&node, ServeOptions::default());
+    let sid = a.new_session(dir.path()).await;
+    let suspended = a.call("session/suspend", json!({"sessionId": sid})).await;
+    let handle = suspended["result"]["handle"].clone();
+    let won = a
+        .call(
+            "session/resume",
+            json!({"sessionId": sid, "handle": handle}),
+        )
+        .await;
+    assert_eq!(
+        won["result"]["_meta"]["berth"]["resumed"]["handle"], handle,
+        "{won}"
+    );
+    assert!(
+        won["result"]["_meta"]["berth"].get("claim").is_none(),
+        "{won}"
+    );
+    // B meant to wake it too: it only reattached, and the answer says who won.
+    let lost = b.call("session/resume", json!({"sessionId": sid})).await;
+    let berth = &lost["result"]["_meta"]["berth"];
+    assert!(berth.get("resumed").is_none(), "{lost}");
+    assert_eq!(berth["claim"]["handle"], handle, "{lost}");
+    assert_eq!(berth["claim"]["kind"], "resumed", "{lost}");
+    assert_eq!(berth["claim"]["cause"], "explicit_resume", "{lost}");
+    assert!(berth["claim"]["actor"].is_string(), "{lost}");
+    assert!(berth["claim"]["claimedAt"].is_string(), "{lost}");
+    // A session suspended again has no used-up claim to report: a bare
+    // resume claims the new suspension.
+    let again = a.call("session/suspend", json!({"sessionId": sid})).await;
+    let r = b.call("session/resume", json!({"sessionId": sid})).await;
+    assert_eq!(
+        r["result"]["_meta"]["berth"]["resumed"]["handle"], again["result"]["handle"],
+        "{r}"
+    );
+    assert!(r["result"]["_meta"]["berth"].get("claim").is_none(), "{r}");
+}
+
+#[tokio::test]
+async fn a_pending_suspend_shows_requested_until_it_parks() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let prompt = c.prompt(&sid, "gated").await;
+    c.until_in_progress().await;
+    assert_eq!(listed_state(&mut c, &sid).await, "running");
+    let suspend = c
+        .request("session/suspend", json!({"sessionId": sid}))
+        .await;
+    // The suspend is accepted while the gated call runs; poll until the
+    // list reflects it.
+    let mut state = listed_state(&mut c, &sid).await;
+    while state == "running" {
+        state = listed_state(&mut c, &sid).await;
+    }
+    assert_eq!(state, "requested");
+    let view = c
+        .call("berth.session_view.query", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(view["result"]["run"]["status"], "requested", "{view}");
+    assert_eq!(
+        view["result"]["run"]["suspension"]["state"], "requested",
+        "{view}"
+    );
+    let got = c
+        .call("_berth/session.get", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(
+        got["result"]["session"]["_meta"]["berth"]["state"],
+        "requested"
+    );
+    open_gate(dir.path());
+    let (suspended, _) = c.response(suspend).await;
+    assert!(suspended["result"]["handle"].is_string(), "{suspended}");
+    let (answer, _) = c.response(prompt).await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(listed_state(&mut c, &sid).await, "suspended");
+    // The journaled request says the state it was accepted in.
+    let mut reader = Client::connect(&node, ServeOptions::default());
+    let (_, notes) = reader
+        .exchange("session/load", json!({"sessionId": sid}))
+        .await;
+    let requested = notes
+        .iter()
+        .find(|n| n["params"]["type"] == "suspend_requested")
+        .expect("a suspend_requested event");
+    assert_eq!(
+        requested["params"]["event"]["state"], "requested",
+        "{requested}"
+    );
+}
+
+#[tokio::test]
+async fn a_second_suspend_with_other_conditions_is_refused_and_one_without_joins() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let prompt = c.prompt(&sid, "gated").await;
+    c.until_in_progress().await;
+    let first = c
+        .request(
+            "session/suspend",
+            json!({"sessionId": sid, "resumeWhen": {"onEvent": "ci.passed"}}),
+        )
+        .await;
+    while listed_state(&mut c, &sid).await == "running" {}
+    let other = c
+        .call(
+            "session/suspend",
+            json!({"sessionId": sid, "resumeWhen": {"onEvent": "ci.failed"}}),
+        )
+        .await;
+    let (code, data) = error_of(&other);
+    assert_eq!(code, -32602, "{other}");
+    assert_eq!(data["field"], "resumeWhen", "{other}");
+    assert_eq!(data["reason"], "suspend_pending", "{other}");
+    assert_eq!(data["pendingResumeWhen"]["onEvent"], "ci.passed", "{other}");
+    let handle = data["handle"].clone();
+    assert!(handle.is_string(), "{other}");
+    // No conditions, or the same ones: the request joins the pending one.
+    let bare = c
+        .request("session/suspend", json!({"sessionId": sid}))
+        .await;
+    let same = c
+        .request(
+            "session/suspend",
+            json!({"sessionId": sid, "resumeWhen": {"onEvent": "ci.passed"}}),
+        )
+        .await;
+    // Both are accepted before the gate opens (the list is answered after them).
+    while listed_state(&mut c, &sid).await != "requested" {}
+    open_gate(dir.path());
+    for id in [first, bare, same] {
+        let (r, _) = c.response(id).await;
+        assert_eq!(r["result"]["handle"], handle, "{r}");
+        assert_eq!(r["result"]["resumeWhen"]["onEvent"], "ci.passed", "{r}");
+    }
+    c.response(prompt).await;
+    // The refused request changed nothing: the suspension waits for ci.passed.
+    let got = c
+        .call("_berth/session.get", json!({"sessionId": sid}))
+        .await;
+    let berth = &got["result"]["session"]["_meta"]["berth"];
+    assert_eq!(berth["suspended"]["handle"], handle, "{got}");
+    assert_eq!(
+        berth["suspended"]["resumeWhen"],
+        json!({"onEvent": "ci.passed"}),
+        "{got}"
+    );
+}
+
+/// A provider that records every request's messages and answers from the
+/// wire script.
+#[derive(Debug)]
+struct Recording {
+    inner: ScriptedModel,
+    seen: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl berth_runtime::model::ModelProvider for Recording {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn complete(
+        &self,
+        request: &berth_runtime::model::ModelRequest,
+        deltas: tokio::sync::mpsc::UnboundedSender<berth_runtime::model::ModelDelta>,
+    ) -> Result<berth_runtime::model::ModelResponse, berth_runtime::model::ModelError> {
+        let messages: Vec<String> = request.messages().map(|m| format!("{m:?}")).collect();
+        self.seen.lock().unwrap().push(messages.join("\n"));
+        self.inner.complete(request, deltas).await
+    }
+}
+
+#[tokio::test]
+async fn a_budget_top_up_never_reaches_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = std::sync::Arc::new(Recording {
+        inner: ScriptedModel::parse(SCRIPT, "toml", "scripted:wire").unwrap(),
+        seen: Default::default(),
+    });
+    let mut config = NodeConfig::new(dir.path().join("data"), model.clone());
+    config.budgets = vec![berth_runtime::budget::BudgetPolicy {
+        label: Some("metered".into()),
+        limits: berth_runtime::budget::BudgetLimits {
+            max_tool_calls: Some(1),
+            ..Default::default()
+        },
+    }];
+    let node = Node::start(config).await.unwrap();
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": dir.path(), "mcpServers": [], "_meta": {"berth": {"labels": ["metered"]}}}),
+        )
+        .await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_owned();
+    let answer = c.call_prompt(&sid, "budgeted").await;
+    assert_eq!(
+        answer["result"]["_meta"]["berth"]["terminal"]["kind"], "policy_budget",
+        "{answer}"
+    );
+    let before = model.seen.lock().unwrap().len();
+    let (r, mut notes) = c
+        .exchange(
+            "session/resume",
+            json!({"sessionId": sid, "input": {"budget": {"max_tool_calls": 50}}}),
+        )
+        .await;
+    assert!(
+        r["result"]["_meta"]["berth"]["resumed"]["handle"].is_string(),
+        "{r}"
+    );
+    while !notes.iter().any(|n| n["params"]["type"] == "turn_ended") {
+        notes.push(c.read().await);
+    }
+    let seen = model.seen.lock().unwrap()[before..].to_vec();
+    assert!(!seen.is_empty(), "the resumed turn called the model");
+    for request in &seen {
+        assert!(!request.contains("budget\""), "{request}");
+        assert!(!request.contains("[resumed]"), "{request}");
+        assert!(!request.contains("max_tool_calls"), "{request}");
+    }
+    // The transcript holds no trace of the top-up either.
+    let view = c
+        .call("berth.session_view.query", json!({"sessionId": sid}))
+        .await;
+    assert_eq!(view["result"]["run"]["status"], "idle", "{view}");
+    let loaded = c
+        .exchange("session/load", json!({"sessionId": sid}))
+        .await
+        .1;
+    for note in loaded {
+        if note["params"]["update"]["sessionUpdate"] == "user_message_chunk" {
+            let text = note["params"]["update"]["content"]["text"]
+                .as_str()
+                .unwrap_or("");
+            assert!(!text.contains("max_tool_calls"), "{note}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_observers_refused_controls_add_a_bounded_number_of_events() {
+    use berth_actors::{Principal, Role};
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let sid = c.new_session(dir.path()).await;
+    let mut observer = Client::connect_as(
+        &node,
+        Some(Principal::new("grafana", Role::Observer)),
+        ServeOptions::default(),
+    );
+    let id = berth_runtime::ids::SessionId(sid.clone());
+    let before = node.journal().last_event_id(&id).unwrap();
+    for _ in 0..1000 {
+        let r = observer
+            .call("session/suspend", json!({"sessionId": sid}))
+            .await;
+        let (code, data) = error_of(&r);
+        assert_eq!(code, -32011, "{r}");
+        assert_eq!(data["reason"], "role_not_authorized", "{r}");
+    }
+    let added = node.journal().last_event_id(&id).unwrap() - before;
+    assert!(
+        (1..=2).contains(&added),
+        "1000 refusals added {added} events to the session's log"
+    );
+    // The refusal that was journaled is an ordinary signed receipt.
+    let mut reader = Client::connect(&node, ServeOptions::default());
+    let (_, notes) = reader
+        .exchange("session/load", json!({"sessionId": sid}))
+        .await;
+    let refused: Vec<Value> = receipts(&notes)
+        .into_iter()
+        .filter(|r| r["status"] == "rejected" && r["method"] == "session/suspend")
+        .collect();
+    assert_eq!(refused.len() as u64, added, "{refused:?}");
+    assert_eq!(refused[0]["actor"], "grafana", "{refused:?}");
 }

@@ -19,6 +19,7 @@ pub struct TurnControl {
     approvals: Mutex<Vec<crate::engine::PermissionRequest>>,
     suspend: Mutex<Option<SuspendMode>>,
     suspend_signal: CancellationToken,
+    quiescing: std::sync::atomic::AtomicBool,
     interrupt_signal: CancellationToken,
     policy: Mutex<Option<String>>,
     feed: Option<std::sync::Arc<dyn SteeringFeed>>,
@@ -159,6 +160,22 @@ impl TurnControl {
     /// The pending suspension request, if any.
     pub fn suspend_requested(&self) -> Option<SuspendMode> {
         *self.suspend.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks the turn as quiescing: the engine reached the seam where a
+    /// requested suspension stops it (it dispatches no further model or tool
+    /// call; what is left is checkpointing its frame for the park). Until
+    /// then a pending request is only `requested` (RFC `requested →
+    /// quiescing → suspended`).
+    pub fn begin_quiescing(&self) {
+        self.quiescing
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the turn reached the seam where it parks (see
+    /// [`TurnControl::begin_quiescing`]).
+    pub fn is_quiescing(&self) -> bool {
+        self.quiescing.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Resolves once an `interrupt_immediate` suspension is requested

@@ -476,6 +476,8 @@ impl<'a> Turn<'a> {
         mut frame: Frame,
         seam: Seam,
     ) -> Result<ExecutionSuspended, SinkError> {
+        // Nothing more is dispatched: the session is quiescing.
+        self.deps.control.begin_quiescing();
         frame.file_changes = self.take_file_changes();
         self.sink.checkpoint(&frame).await?;
         let pending: Vec<_> = self.deps.control.drain_rest();

@@ -79,7 +79,13 @@ async fn cancel_once(state: &mut SessionState, actor: &str) -> Result<CancelStat
             ),
             "the suspended turn was cancelled",
         );
-        if let Some((batch, mut events, appended)) = cancelled {
+        if let Some(super::suspend::Cancelled {
+            batch,
+            mut events,
+            appended,
+            claim,
+        }) = cancelled
+        {
             events.push(receipt(
                 state,
                 "session/cancel",
@@ -95,6 +101,7 @@ async fn cancel_once(state: &mut SessionState, actor: &str) -> Result<CancelStat
             state.record = record;
             state.unpark();
             state.transcript.extend(appended);
+            state.last_claim = Some(claim);
             return Ok(CancelStatus::Cancelled);
         }
     }

@@ -130,7 +130,12 @@ async fn finalize_once(
         .first()
         .map_or("host", |(a, _)| a.as_str())
         .to_owned();
-    if let Some((ops, cancelled, messages)) = super::suspend::cancel_suspension(
+    if let Some(super::suspend::Cancelled {
+        batch: ops,
+        events: cancelled,
+        appended: messages,
+        ..
+    }) = super::suspend::cancel_suspension(
         state,
         &mut record,
         &actor,

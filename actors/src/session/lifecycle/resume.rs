@@ -176,8 +176,29 @@ pub(crate) async fn settle_claim(
 }
 
 /// Takes the claim on `suspension` (or completes `taken`, the claimer's
-/// durable claim on it) and starts what it resumes.
+/// durable claim on it) and starts what it resumes; a resume that lands is
+/// remembered as the session's last claim (what a later bare resume that
+/// found nothing to claim reports).
 async fn wake(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    params: &ResumeParams,
+    suspension: &Suspension,
+    taken: Option<&ResumeClaim>,
+) -> Result<ResumeOutcome, ControlError> {
+    let outcome = wake_once(myself, state, params, suspension, taken).await?;
+    state.last_claim = Some(taken.cloned().unwrap_or_else(|| ResumeClaim {
+        handle: outcome.handle.clone(),
+        session_id: state.record.session_id.clone(),
+        kind: ResumeClaimKind::Resumed,
+        cause: Some(params.cause),
+        actor: params.actor.clone(),
+        claimed_at: outcome.resumed_at,
+    }));
+    Ok(outcome)
+}
+
+async fn wake_once(
     myself: &ActorRef<SessionMsg>,
     state: &mut SessionState,
     params: &ResumeParams,
@@ -187,7 +208,11 @@ async fn wake(
     let session_id = state.record.session_id.clone();
     // An operator's refill: `{"budget": {max_tokens, max_cost_usd,
     // max_tool_calls, max_wall_ms}}` in the input raises the allowance.
-    let grant = match params.input.as_ref().and_then(|i| i.get("budget")) {
+    let grant = match params
+        .input
+        .as_ref()
+        .and_then(|i| i.get(berth_runtime::budget::GRANT_KEY))
+    {
         None => BudgetLimits::default(),
         Some(value) => match serde_json::from_value::<BudgetLimits>(value.clone()) {
             Ok(grant) => grant,
@@ -197,6 +222,8 @@ async fn wake(
             }
         },
     };
+    // What the model is shown of the input: never the top-up berth consumed.
+    let shown = berth_runtime::budget::model_input(params.input.as_ref());
     let handle = suspension.handle.clone();
     let now = state.env.config.clock.now();
     // When the session was resumed: the claim's time.
@@ -314,7 +341,7 @@ async fn wake(
             state.record = record;
             state.unpark();
             let input = ResumeInput {
-                input: params.input.clone(),
+                input: shown,
                 cause: params.cause,
             };
             prompt::spawn(
@@ -336,7 +363,7 @@ async fn wake(
         // `continueTranscript: false` always takes this path (RFC: "the
         // agent starts a fresh turn with a pre-suspend digest"), also for an
         // idle suspension resumed without input.
-        (frame, _) if frame.is_some() || params.input.is_some() || !continue_transcript => {
+        (frame, _) if frame.is_some() || shown.is_some() || !continue_transcript => {
             let mut record = state.record.clone();
             record.budget_grant.add(&grant);
             // The `resumed` event names the fresh turn it starts.
@@ -369,7 +396,7 @@ async fn wake(
                 prelude.transcript = messages;
             }
             let text = if continue_transcript {
-                input_text(params.input.as_ref())
+                input_text(shown.as_ref())
             } else {
                 record.context_from =
                     state.transcript.len() as u64 + prelude.transcript.len() as u64;
@@ -380,7 +407,7 @@ async fn wake(
                     .unwrap_or_default()
                     .to_vec();
                 before.extend(prelude.transcript.iter().cloned());
-                digest(suspension, &before, params.input.as_ref())
+                digest(suspension, &before, shown.as_ref())
             };
             prelude.events.push(resumed(Some(fresh.clone())));
             prelude.events.push(accepted);
@@ -434,6 +461,13 @@ fn current(state: &SessionState, params: &ResumeParams) -> Result<Suspension, Co
         handle: params.handle.clone(),
         reason: ResumeConflict::NotSuspended,
     };
+    // A closed session resumes under no handle, whatever the claim on it
+    // says (a close uses up the suspension it cancels).
+    if state.record.closed_at.is_some() {
+        return Err(ControlError::SessionClosed {
+            session_id: session_id.clone(),
+        });
+    }
     match (&state.suspension, &params.handle) {
         (Some(s), None) => Ok(s.clone()),
         (Some(s), Some(h)) if *h == s.handle => Ok(s.clone()),
@@ -445,9 +479,6 @@ fn current(state: &SessionState, params: &ResumeParams) -> Result<Suspension, Co
             },
         })),
         (None, Some(h)) => Err(used_up(h)?.unwrap_or_else(not_suspended)),
-        (None, None) if state.record.closed_at.is_some() => Err(ControlError::SessionClosed {
-            session_id: session_id.clone(),
-        }),
         (None, None) => Err(not_suspended()),
     }
 }
@@ -581,14 +612,20 @@ pub(crate) async fn fail(
         return Ok(());
     }
     let mut record = state.record.clone();
-    let Some((batch, mut events, appended)) = super::suspend::cancel_suspension(
+    let Some(super::suspend::Cancelled {
+        batch,
+        mut events,
+        appended,
+        claim,
+    }) = super::suspend::cancel_suspension(
         state,
         &mut record,
         crate::claimer::SCHEDULER,
         ResumeClaimKind::Failed,
         Terminal::new(TerminalKind::SuspensionTimeout, reason.clone()),
         &reason,
-    ) else {
+    )
+    else {
         let _ = reply.send(Ok(()));
         return Ok(());
     };
@@ -606,6 +643,7 @@ pub(crate) async fn fail(
         state.record = record;
         state.unpark();
         state.transcript.extend(appended);
+        state.last_claim = Some(claim);
     }
     let _ = reply.send(answer.map_err(|e| conflict(&session_id, &handle, e)));
     Ok(())

@@ -2,12 +2,16 @@
 //! DESIGN.md, "Suspension and resumption").
 //!
 //! An idle session parks at once. A running one is asked through its turn's
-//! control block: the request is journaled first (`requested`, then
-//! `quiescing` while the turn settles its in-flight step), the engine parks at
-//! the seam the mode names and checkpoints its frame, and only then is the
+//! control block: the request is journaled first (state `requested` while
+//! the turn finishes its in-flight step; `quiescing` once the engine reached
+//! the seam the mode names, dispatches nothing more and checkpoints its
+//! frame), and only then is the
 //! suspension — envelope, `suspended` event and receipt in one batch —
 //! committed and the suspend answered. A second suspend of a suspended
-//! session answers the existing handle (receipt `idempotent`).
+//! session answers the existing handle (receipt `idempotent`); one while a
+//! suspend is pending joins it (same handle, a stronger mode upgrades it)
+//! when it names no `resumeWhen` or the pending one's, and is refused
+//! (`SuspendPending`, receipt `rejected`) when it names others.
 
 use std::sync::Arc;
 
@@ -106,7 +110,28 @@ pub(crate) async fn suspend(
     let control = Arc::clone(&turn.control);
     let mut record = state.record.clone();
     let events = match record.suspend_request.as_mut() {
-        // Already quiescing: this request joins it (a stronger mode upgrades it).
+        // A request with other conditions would have them dropped: refused,
+        // naming the pending request's.
+        Some(pending)
+            if params
+                .resume_when
+                .as_ref()
+                .filter(|c| !c.is_empty())
+                .is_some_and(|c| pending.resume_when.as_ref() != Some(c)) =>
+        {
+            let handle = pending.handle.clone();
+            let target = json!({"sessionId": session_id, "handle": handle});
+            let r = rejected(state, METHOD, &params.actor, target, "suspend_pending");
+            let _ = state.record(vec![r]).await;
+            let _ = reply.send(Err(ControlError::SuspendPending {
+                session_id,
+                handle,
+                resume_when: pending.resume_when.clone().map(Box::new),
+            }));
+            return Ok(());
+        }
+        // Already pending: this request joins it (a stronger mode upgrades
+        // it); its conditions, if any, are the pending request's.
         Some(pending) => {
             pending.mode = control.request_suspend(params.mode);
             let target = json!({"sessionId": session_id, "handle": pending.handle});
@@ -129,7 +154,7 @@ pub(crate) async fn suspend(
                     initiator: pending.initiator,
                     reason: pending.reason.clone(),
                     resume_when: pending.resume_when.clone(),
-                    state: "quiescing".into(),
+                    state: "requested".into(),
                 },
                 receipt(
                     state,
@@ -293,6 +318,7 @@ pub(crate) fn parked(state: &mut SessionState, suspension: Suspension) {
     if let Some(wakeup) = Wakeup::of(&suspension) {
         state.env.scheduler.arm(&wakeup);
     }
+    state.last_claim = None;
     state.suspension = Some(suspension);
 }
 
@@ -449,12 +475,24 @@ pub(crate) async fn park_turn(
     }
 }
 
+/// What ending a suspension without a resume writes ([`cancel_suspension`]).
+pub(crate) struct Cancelled {
+    /// The claim, the envelope's removal and the parked turn's seal.
+    pub batch: Batch,
+    /// `suspension_cancelled` and the seal's events.
+    pub events: Vec<SessionEvent>,
+    /// The transcript messages the seal appends.
+    pub appended: Vec<berth_runtime::history::Message>,
+    /// The claim that uses up the handle.
+    pub claim: ResumeClaim,
+}
+
 /// The writes that end the session's suspension without a resume: the handle
-/// is used up (claim `kind`: `cancelled`, or `failed` for a `fail` timeout; a later resume gets `already_resumed` naming it),
-/// the envelope is removed, and a parked turn is sealed with `terminal`
-/// (see [`seal_parked`]). `record` gets the new checkpoint head. Returns the
-/// writes, the events and the transcript messages the seal appends; `None`
-/// when the session is not suspended.
+/// is used up (claim `kind`: `cancelled`, or `failed` for a `fail` timeout; a
+/// later resume gets `already_resumed` naming it), the envelope is removed,
+/// and a parked turn is sealed with `terminal` (see [`seal_parked`]).
+/// `record` gets the new checkpoint head. `None` when the session is not
+/// suspended.
 pub(crate) fn cancel_suspension(
     state: &SessionState,
     record: &mut SessionRecord,
@@ -462,22 +500,19 @@ pub(crate) fn cancel_suspension(
     kind: ResumeClaimKind,
     terminal: Terminal,
     why: &str,
-) -> Option<(
-    Batch,
-    Vec<SessionEvent>,
-    Vec<berth_runtime::history::Message>,
-)> {
+) -> Option<Cancelled> {
     let suspension = state.suspension.as_ref()?;
     let now = state.env.config.clock.now();
+    let claim = ResumeClaim {
+        handle: suspension.handle.clone(),
+        session_id: record.session_id.clone(),
+        kind,
+        cause: None,
+        actor: actor.to_owned(),
+        claimed_at: now,
+    };
     let mut batch = Batch::new()
-        .claim(&ResumeClaim {
-            handle: suspension.handle.clone(),
-            session_id: record.session_id.clone(),
-            kind,
-            cause: None,
-            actor: actor.to_owned(),
-            claimed_at: now,
-        })
+        .claim(&claim)
         .delete_suspension(&record.session_id);
     let mut events = vec![SessionEvent::SuspensionCancelled {
         handle: suspension.handle.clone(),
@@ -496,7 +531,12 @@ pub(crate) fn cancel_suspension(
         events.extend(sealed);
         appended = messages;
     }
-    Some((batch, events, appended))
+    Some(Cancelled {
+        batch,
+        events,
+        appended,
+        claim,
+    })
 }
 
 /// The request an agent's self-park amounts to (initiator `agent`), and the

@@ -27,13 +27,18 @@ pub const SCHEMA: &str = "berth.session_view.v1";
 /// SHA-256 over the canonical JSON (sorted keys, no whitespace) of every other
 /// field. `pending.approvals` lists tool calls waiting for a client's
 /// approval; `pending.auth` stays empty until providers can ask for logins.
-/// `run.status` is `idle`, `running`, `quiescing` (a suspend waits for the
-/// turn to settle), `suspended` (with `run.suspension`) or `closed`.
+/// `run.status` is `idle`, `running`, `requested` (a suspend was accepted;
+/// the turn has not reached the seam where it parks), `quiescing` (it
+/// reached it and dispatches nothing more; see
+/// `TurnControl::begin_quiescing`), `suspended` (with `run.suspension`) or
+/// `closed`; while a suspend is pending `run.suspension.state` is the same
+/// `requested` or `quiescing`.
 pub(crate) fn view(state: &SessionState) -> Value {
+    let pending = pending_state(state);
     let (status, turn_id) = match (&state.turn, state.record.closed_at, &state.suspension) {
         (_, Some(_), _) => ("closed", None),
         (Some(turn), None, _) if state.record.suspend_request.is_some() => {
-            ("quiescing", Some(turn.turn_id.clone()))
+            (pending, Some(turn.turn_id.clone()))
         }
         (Some(turn), None, _) => ("running", Some(turn.turn_id.clone())),
         (None, None, Some(s)) => ("suspended", s.turn_id.clone()),
@@ -69,7 +74,7 @@ pub(crate) fn view(state: &SessionState) -> Value {
             "summary": s.summary,
         });
     } else if let Some(r) = &state.record.suspend_request {
-        run["suspension"] = json!({"handle": r.handle, "mode": r.mode, "state": "quiescing"});
+        run["suspension"] = json!({"handle": r.handle, "mode": r.mode, "state": pending});
     }
     let mut view = json!({
         "schema": SCHEMA,
@@ -86,6 +91,19 @@ pub(crate) fn view(state: &SessionState) -> Value {
     let canonical = berth_runtime::receipt::canonical_json(&view);
     view["projection_hash"] = json!(hex::encode(Sha256::digest(canonical.as_bytes())));
     view
+}
+
+/// `requested` or `quiescing`: where a pending suspend stands.
+fn pending_state(state: &SessionState) -> &'static str {
+    if state
+        .turn
+        .as_ref()
+        .is_some_and(|t| t.control.is_quiescing())
+    {
+        "quiescing"
+    } else {
+        "requested"
+    }
 }
 
 fn summary(injection: &Injection) -> Value {

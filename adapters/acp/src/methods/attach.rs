@@ -69,13 +69,27 @@ pub(crate) async fn load(conn: &Connection, params: Value) -> Result<Value, RpcE
 /// RFC's `input`, `continueTranscript` or a `handle` — it also claims the
 /// suspension and wakes the session ([`suspend::claim`]); the answer then
 /// carries `_meta.berth.resumed` and the resumed turn streams to this
-/// connection, ending with `_berth/agentEvent` `turn_ended`.
+/// connection, ending with `_berth/agentEvent` `turn_ended`. A bare resume
+/// whose suspension another claim used up (another client, a wake-up, a
+/// cancel) answers `_meta.berth.claim` naming that claim instead: it only
+/// reattached.
 ///
 /// # Errors
-/// -32602 for a bad field; the claim's errors (-32009, -32012, -32005).
+/// -32602 for a bad field; -32005 for a closed session (every resume); the
+/// claim's errors (-32009, -32012).
 pub(crate) async fn resume(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let id = session_id(&params)?;
     let request = suspend::resume_request(&params)?;
+    if conn
+        .node
+        .session_status(&id)
+        .await?
+        .record
+        .closed_at
+        .is_some()
+    {
+        return Err(berth_actors::ControlError::SessionClosed { session_id: id }.into());
+    }
     conn.node.attach(&id, conn.watcher(), false).await?;
     conn.mark_attached(&id);
     let last = conn
@@ -84,8 +98,12 @@ pub(crate) async fn resume(conn: &Connection, params: Value) -> Result<Value, Rp
         .last_event_id(&id)
         .map_err(RpcError::internal)?;
     let mut meta = meta(last);
-    if let Some(outcome) = suspend::claim(conn, &id, request).await? {
-        meta["berth"]["resumed"] = suspend::resumed_meta(&outcome);
+    match suspend::claim(conn, &id, request).await? {
+        suspend::Claimed::Resumed(outcome) => {
+            meta["berth"]["resumed"] = suspend::resumed_meta(&outcome);
+        }
+        suspend::Claimed::Lost(claim) => meta["berth"]["claim"] = suspend::claim_meta(&claim),
+        suspend::Claimed::Nothing => {}
     }
     to_value(
         ResumeSessionResponse::new()

@@ -23,17 +23,21 @@ struct ListParams {
 }
 
 /// The state word of a session in `_meta.berth.state`: `closed`,
-/// `suspended` (parked with a suspension), `quiescing` (a suspend waits for
-/// the running turn to reach its seam), `running` (a turn runs) or `idle` —
-/// the words of `berth.session_view.v1`'s `run.status`.
+/// `suspended` (parked with a suspension), `requested` (a suspend was
+/// accepted; the running turn has not reached the seam where it parks),
+/// `quiescing` (the turn reached that seam and dispatches nothing more; its
+/// frame is being checkpointed for the park), `running` (a turn runs) or
+/// `idle` — the words of `berth.session_view.v1`'s `run.status`.
 fn state_word(status: &SessionStatus) -> &'static str {
     let record = &status.record;
     if record.closed_at.is_some() {
         "closed"
     } else if status.suspension_handle.is_some() {
         "suspended"
-    } else if status.active_prompt && record.suspend_request.is_some() {
+    } else if status.active_prompt && record.suspend_request.is_some() && status.quiescing {
         "quiescing"
+    } else if status.active_prompt && record.suspend_request.is_some() {
+        "requested"
     } else if status.active_prompt {
         "running"
     } else {

@@ -97,6 +97,8 @@ pub(crate) async fn new_session(conn: &Connection, mut params: Value) -> Result<
             active_prompt: false,
             last_event_id: 0,
             suspension_handle: None,
+            quiescing: false,
+            last_claim: None,
         },
         None,
         conn.principal.role,

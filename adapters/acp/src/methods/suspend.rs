@@ -1,7 +1,8 @@
 //! `session/suspend` and the enriched `session/resume`
 //! (`seeds/acp-session-suspend-rfc.md`, "Proposed wire format").
 
-use berth_actors::{ResumeOutcome, ResumeParams, SessionSelector, SuspendParams};
+use berth_actors::error::ResumeConflict;
+use berth_actors::{ControlError, ResumeOutcome, ResumeParams, SessionSelector, SuspendParams};
 use berth_runtime::ids::SessionId;
 use berth_runtime::suspension::{Initiator, ResumeCause, ResumeConditions, SuspendMode};
 use serde_json::{json, Map, Value};
@@ -170,20 +171,44 @@ pub(crate) fn resume_request(params: &Value) -> Result<ResumeRequest, RpcError> 
     })
 }
 
+/// What a `session/resume` did about the session's suspension.
+pub(crate) enum Claimed {
+    /// Nothing to claim and none was asked for: a plain reattach.
+    Nothing,
+    /// This resume claimed the suspension and woke the session.
+    Resumed(ResumeOutcome),
+    /// A bare resume found the suspension used up by another claim (another
+    /// caller's resume, a wake-up, a cancel): it only reattached.
+    Lost(Box<berth_runtime::suspension::ResumeClaim>),
+}
+
 /// Claims the session's suspension for this connection (`explicit_resume`).
-/// A plain resume of a suspended session claims the handle it saw, so a
-/// racing loser gets `already_resumed` rather than a silent attach.
+/// A plain resume of a suspended session claims the handle it saw; one that
+/// finds the suspension used up by another claim — before it looked or
+/// between its look and its claim — answers [`Claimed::Lost`] naming that
+/// claim. A closed session is refused, whatever the request carries.
 ///
 /// # Errors
-/// -32009 (`already_resumed` / `not_suspended`), -32012, -32005, -32004.
+/// -32005 closed; -32009 (`already_resumed` / `not_suspended`, for a resume
+/// that names a handle, input or `continueTranscript`), -32012, -32004.
 pub(crate) async fn claim(
     conn: &Connection,
     id: &SessionId,
     request: ResumeRequest,
-) -> Result<Option<ResumeOutcome>, RpcError> {
+) -> Result<Claimed, RpcError> {
     let current = conn.node.suspension(id).map_err(RpcError::from)?;
     if !request.explicit && current.is_none() {
-        return Ok(None);
+        let status = conn.node.session_status(id).await?;
+        if status.record.closed_at.is_some() {
+            return Err(ControlError::SessionClosed {
+                session_id: id.clone(),
+            }
+            .into());
+        }
+        return Ok(match status.last_claim {
+            Some(claim) => Claimed::Lost(Box::new(claim)),
+            None => Claimed::Nothing,
+        });
     }
     // A plain reattach is an observer's right; claiming a suspension is a
     // resume, which needs a controller.
@@ -191,6 +216,7 @@ pub(crate) async fn claim(
     if !conn.principal.may(needed) {
         return Err(super::authorize::refuse(conn, "session/resume", Some(id), needed, None).await);
     }
+    let explicit = request.explicit;
     let handle = request.handle.or(current.map(|s| s.handle));
     let outcome = conn
         .node
@@ -207,9 +233,27 @@ pub(crate) async fn claim(
                 trigger: None,
             },
         )
-        .await
-        .map_err(|e| receipt_unknown_session(conn, "session/resume", id, e))?;
-    Ok(Some(outcome))
+        .await;
+    match outcome {
+        Ok(outcome) => Ok(Claimed::Resumed(outcome)),
+        Err(ControlError::ResumeConflict {
+            reason: ResumeConflict::AlreadyResumed { claim },
+            ..
+        }) if !explicit => Ok(Claimed::Lost(claim)),
+        Err(e) => Err(receipt_unknown_session(conn, "session/resume", id, e)),
+    }
+}
+
+/// `_meta.berth.claim` of a bare resume that found the suspension used up:
+/// `{handle, kind, cause, actor, claimedAt}` (the `claim` of -32009's data).
+pub(crate) fn claim_meta(claim: &berth_runtime::suspension::ResumeClaim) -> Value {
+    json!({
+        "handle": claim.handle,
+        "kind": claim.kind,
+        "cause": claim.cause,
+        "actor": claim.actor,
+        "claimedAt": claim.claimed_at,
+    })
 }
 
 /// `_meta.berth.resumed` of the resume answer (`turnId` only when a turn
