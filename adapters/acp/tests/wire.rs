@@ -1241,7 +1241,8 @@ async fn rollback_never_overwrites_blindly_nor_hangs_on_special_files() {
 async fn rollback_never_writes_through_a_hard_link() {
     let dir = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let node = node(outside.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let a = dir.path().join("a.txt");
@@ -2025,8 +2026,9 @@ fn nulls(v: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn rfc_suspend_shapes_are_accepted_and_optional_fields_omitted() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     c.call(
         "initialize",
@@ -2122,8 +2124,9 @@ async fn rfc_suspend_shapes_are_accepted_and_optional_fields_omitted() {
 
 #[tokio::test]
 async fn a_prompt_is_echoed_to_other_watchers_but_not_to_its_sender() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut sender = Client::connect(&node, ServeOptions::default());
     let sid = sender.new_session(dir.path()).await;
     let mut watcher = Client::connect(&node, ServeOptions::default());
@@ -2288,8 +2291,9 @@ async fn a_token_budget_already_reached_starts_no_model_call() {
     );
 #[tokio::test]
 async fn a_message_that_repeats_a_key_is_refused_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     // Last-wins would close the session.
@@ -2343,8 +2347,9 @@ async fn listed_state(c: &mut Client, sid: &str) -> Value {
 
 #[tokio::test]
 async fn a_closed_session_refuses_every_resume() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let suspended = c.call("session/suspend", json!({"sessionId": sid})).await;
@@ -2366,8 +2371,9 @@ async fn a_closed_session_refuses_every_resume() {
 
 #[tokio::test]
 async fn a_bare_resume_of_a_suspension_claimed_by_another_names_that_claim() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut a = Client::connect(&node, ServeOptions::default());
     let mut b = Client::connect(&node, ServeOptions::default());
     let sid = a.new_session(dir.path()).await;
@@ -2409,8 +2415,9 @@ async fn a_bare_resume_of_a_suspension_claimed_by_another_names_that_claim() {
 
 #[tokio::test]
 async fn a_pending_suspend_shows_requested_until_it_parks() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let prompt = c.prompt(&sid, "gated").await;
@@ -2464,8 +2471,9 @@ async fn a_pending_suspend_shows_requested_until_it_parks() {
 
 #[tokio::test]
 async fn a_second_suspend_with_other_conditions_is_refused_and_one_without_joins() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let prompt = c.prompt(&sid, "gated").await;
@@ -2549,12 +2557,12 @@ impl berth_runtime::model::ModelProvider for Recording {
 
 #[tokio::test]
 async fn a_budget_top_up_never_reaches_the_model() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let model = std::sync::Arc::new(Recording {
         inner: ScriptedModel::parse(SCRIPT, "toml", "scripted:wire").unwrap(),
         seen: Default::default(),
     });
-    let mut config = NodeConfig::new(dir.path().join("data"), model.clone());
+    let mut config = NodeConfig::new(data.path().join("data"), model.clone());
     config.budgets = vec![berth_runtime::budget::BudgetPolicy {
         label: Some("metered".into()),
         limits: berth_runtime::budget::BudgetLimits {
@@ -2619,8 +2627,9 @@ async fn a_budget_top_up_never_reaches_the_model() {
 #[tokio::test]
 async fn an_observers_refused_controls_add_a_bounded_number_of_events() {
     use berth_actors::{Principal, Role};
-    let dir = tempfile::tempdir().unwrap();
-    let node = node(dir.path()).await;
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
     let mut c = Client::connect(&node, ServeOptions::default());
     let sid = c.new_session(dir.path()).await;
     let mut observer = Client::connect_as(
