@@ -2289,6 +2289,8 @@ async fn a_token_budget_already_reached_starts_no_model_call() {
         json!({"input_tokens": 0, "output_tokens": 0}),
         "{second}"
     );
+}
+
 #[tokio::test]
 async fn a_message_that_repeats_a_key_is_refused_whole() {
     // The data dir lies outside every session root.
