@@ -212,9 +212,11 @@ fn acknowledged_events_survive_sigkill_and_the_turn_is_sealed() {
     server.prompt(3, &sid, "hi");
     let (notes, done) = server.until(3);
     assert_eq!(done["result"]["stopReason"], "end_turn");
+    // Event ids.len() + 1 is the prompt's own user_message_chunk, which is
+    // not echoed to the connection that sent it.
     assert_eq!(
         event_id(&notes[0]),
-        ids.len() as u64 + 1,
+        ids.len() as u64 + 2,
         "new events continue the log"
     );
 }

@@ -2200,9 +2200,10 @@ async fn metered_session(c: &mut Client, dir: &std::path::Path) -> String {
 
 #[tokio::test]
 async fn a_tool_call_budget_of_two_dispatches_two_calls_of_a_batch_of_three() {
-    let dir = tempfile::tempdir().unwrap();
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let node = metered_node(
-        dir.path(),
+        data.path(),
         berth_runtime::budget::BudgetLimits {
             max_tool_calls: Some(2),
             ..Default::default()
@@ -2253,10 +2254,11 @@ async fn a_tool_call_budget_of_two_dispatches_two_calls_of_a_batch_of_three() {
 
 #[tokio::test]
 async fn a_token_budget_already_reached_starts_no_model_call() {
-    let dir = tempfile::tempdir().unwrap();
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     // The scripted "hi" turn spends 1 input and 2 output tokens.
     let node = metered_node(
-        dir.path(),
+        data.path(),
         berth_runtime::budget::BudgetLimits {
             max_tokens: Some(3),
             ..Default::default()

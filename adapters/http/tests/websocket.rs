@@ -220,8 +220,9 @@ async fn protocol_errors_close_with_their_codes() {
 
 #[tokio::test]
 async fn a_client_that_stops_reading_is_closed_and_its_queue_freed() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), |o| {
+    // The data dir lies outside every session root.
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let server = start(data.path(), |o| {
         o.send_timeout = Duration::from_millis(500);
         o.ping_interval = Duration::from_secs(600);
     })
