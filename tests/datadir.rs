@@ -43,7 +43,7 @@ fn no_session_root_reaches_into_the_data_dir() {
     let kept = server.new_session(2, &cwd);
     assert!(data.join("receipt-keys.json").is_file());
     let before = listed(&mut server, 3);
-    assert_eq!(before, [kept.clone()]);
+    assert_eq!(before, std::slice::from_ref(&kept));
     let sub = data.join("sub");
     std::fs::create_dir_all(&sub).expect("a dir inside the data dir");
     let link = dir.path().join("link");
