@@ -121,6 +121,8 @@ pub struct Outbound {
     limit_bytes: u64,
     overflowed: Arc<std::sync::atomic::AtomicBool>,
     closing: CancellationToken,
+    /// Signalled whenever the writer takes a frame (queue space freed).
+    drained: Arc<tokio::sync::Notify>,
 }
 
 impl Outbound {
@@ -164,6 +166,26 @@ impl Outbound {
     fn end(&self) {
         let _ = self.tx.send(String::new());
     }
+
+    /// Waits until at most `bytes` are queued. `false` when the connection
+    /// closes first.
+    async fn wait_below(&self, bytes: u64) -> bool {
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.closing.is_cancelled() {
+                return false;
+            }
+            if self.queued_bytes.load(Ordering::Acquire) <= bytes {
+                return true;
+            }
+            tokio::select! {
+                () = drained => {}
+                () = self.closing.cancelled() => return false,
+            }
+        }
+    }
 }
 
 /// The receiving half of a connection's outbound queue (the transport's
@@ -173,6 +195,7 @@ pub struct OutboundQueue {
     queued_bytes: Arc<AtomicU64>,
     total_bytes: Option<Arc<AtomicU64>>,
     overflowed: Arc<std::sync::atomic::AtomicBool>,
+    drained: Arc<tokio::sync::Notify>,
 }
 
 impl OutboundQueue {
@@ -181,6 +204,7 @@ impl OutboundQueue {
         let frame = self.rx.recv().await?;
         let bytes = frame.len() as u64;
         self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        self.drained.notify_waiters();
         if let Some(total) = &self.total_bytes {
             total.fetch_sub(bytes, Ordering::AcqRel);
         }
@@ -259,6 +283,7 @@ impl Connection {
         let queued_bytes = Arc::new(AtomicU64::new(0));
         let overflowed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let closing = CancellationToken::new();
+        let drained = Arc::new(tokio::sync::Notify::new());
         let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
         let principal = principal.unwrap_or_else(|| Principal::local(format!("acp:{id}")));
         let outbound = Outbound {
@@ -268,6 +293,7 @@ impl Connection {
             limit_bytes: max_outbound_bytes,
             overflowed: Arc::clone(&overflowed),
             closing: closing.clone(),
+            drained: Arc::clone(&drained),
         };
         let requests = Arc::<ClientRequests>::default();
         let extensions = Arc::<ClientExtensions>::default();
@@ -296,6 +322,7 @@ impl Connection {
                 queued_bytes,
                 total_bytes,
                 overflowed,
+                drained,
             },
             closing,
         )
@@ -304,6 +331,17 @@ impl Connection {
     /// Queues a frame for the writer. Returns `false` when the writer is gone.
     pub fn send(&self, frame: String) -> bool {
         self.outbound.send(frame)
+    }
+
+    /// Waits until at most half of the outbound bound is queued, so that a
+    /// producer that pages through a long stream (a `session/load` replay)
+    /// stays under the bound for a client that reads. `false` when the
+    /// connection closes first (a client that stops reading is closed by its
+    /// transport's send deadline).
+    pub async fn wait_for_room(&self) -> bool {
+        self.outbound
+            .wait_below(self.outbound.limit_bytes / 2)
+            .await
     }
 
     /// Who this connection is in receipts (`control_outcome.actor`): the
