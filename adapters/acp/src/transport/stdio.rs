@@ -11,8 +11,10 @@
 //!
 //! A parent that stops reading stdout: frames wait in the connection's
 //! queue up to [`MAX_OUTBOUND_BYTES`] (64 MiB, the WebSocket default), so
-//! berth's memory stays bounded whatever the sessions produce. One frame
-//! more cuts the connection off: nothing more is queued (the events stay in
+//! berth's memory stays bounded whatever the sessions produce. A
+//! `session/load` replay waits for room (it is streamed under the bound, so
+//! a paused parent gets it whole when it reads again); live notifications
+//! do not wait, and one frame past the bound cuts the connection off: nothing more is queued (the events stay in
 //! the journal), stdin is no longer read, and [`serve_stdio`] returns an
 //! error once the write in progress returns (a blocked pipe write cannot be
 //! abandoned), and berth exits as when its transport fails. There is no
