@@ -9,11 +9,17 @@
 //! | `berth_turn_duration_seconds` | histogram | `terminal` (terminal kind, or `suspended` for a parked turn) | seconds from a turn's start to its seal or park |
 //! | `berth_wakeup_lateness_seconds` | histogram | `kind` (`timeout` \| `trigger` \| `schedule`) | seconds a scheduled wake-up fired after it was due |
 //!
-//! Sessions by state (`berth_sessions`) are gauges computed at scrape time
-//! from [`crate::Node::session_counts`]; the journal's commit latency is
-//! `berth_storage::COMMIT_SECONDS`.
+//! Sessions by state (`berth_sessions`) and pending wake-ups
+//! (`berth_pending_wakeups`) are gauges computed at scrape time from
+//! [`crate::Node::session_counts`] and [`crate::Node::pending_wakeups`]; the
+//! journal's commit latency is `berth_storage::COMMIT_SECONDS`.
+//!
+//! [`register_known_series`] creates every series whose label values form a
+//! closed set, at zero, so that a scrape right after a start shows them
+//! before their first event.
 
 use berth_runtime::event::{ControlStatus, SessionEvent};
+use berth_runtime::terminal::TerminalKind;
 
 /// Counter of control outcomes by method and status.
 pub const CONTROLS_TOTAL: &str = "berth_controls_total";
@@ -21,6 +27,77 @@ pub const CONTROLS_TOTAL: &str = "berth_controls_total";
 pub const TURN_DURATION_SECONDS: &str = "berth_turn_duration_seconds";
 /// Histogram of wake-up lateness (seconds after due).
 pub const WAKEUP_LATENESS_SECONDS: &str = "berth_wakeup_lateness_seconds";
+
+/// The control methods that journal a `control_outcome` receipt (the
+/// `method` label values of [`CONTROLS_TOTAL`] registered at start).
+pub const CONTROL_METHODS: [&str; 11] = [
+    "session/cancel",
+    "session/cancel_tool_call",
+    "session/close",
+    "session/inject",
+    "session/replace_inject",
+    "session/revoke_inject",
+    "session/rollback",
+    "session/redo",
+    "session/suspend",
+    "session/await_resumption",
+    "session/resume",
+];
+
+/// Every receipt status (the `outcome` label values of [`CONTROLS_TOTAL`]).
+pub const CONTROL_STATUSES: [ControlStatus; 3] = [
+    ControlStatus::Accepted,
+    ControlStatus::Idempotent,
+    ControlStatus::Rejected,
+];
+
+/// Every terminal kind a turn can end with (with `suspended`, the
+/// [`TURN_DURATION_SECONDS`] label values).
+pub const TERMINAL_KINDS: [TerminalKind; 12] = [
+    TerminalKind::Completed,
+    TerminalKind::MaxTokens,
+    TerminalKind::MaxTurnRequests,
+    TerminalKind::Refusal,
+    TerminalKind::UserCancelled,
+    TerminalKind::SessionClosed,
+    TerminalKind::ProcessRestarted,
+    TerminalKind::ProviderError,
+    TerminalKind::InternalError,
+    TerminalKind::Suspended,
+    TerminalKind::SuspensionTimeout,
+    TerminalKind::PolicyBudget,
+];
+
+/// The `kind` label values of [`WAKEUP_LATENESS_SECONDS`].
+pub const WAKEUP_KINDS: [&str; 3] = ["timeout", "trigger", "schedule"];
+
+/// The label of a terminal kind: its wire name (`completed`, ...).
+pub fn terminal_label(kind: TerminalKind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Creates, at zero, every series of this crate's families whose label
+/// values are known: [`CONTROLS_TOTAL`] for each of [`CONTROL_METHODS`] ×
+/// [`CONTROL_STATUSES`], [`TURN_DURATION_SECONDS`] for each terminal kind,
+/// [`WAKEUP_LATENESS_SECONDS`] for each wake-up kind. Idempotent; a no-op
+/// without a recorder.
+pub fn register_known_series() {
+    for method in CONTROL_METHODS {
+        for status in CONTROL_STATUSES {
+            metrics::counter!(CONTROLS_TOTAL, "method" => method, "outcome" => status_name(status))
+                .increment(0);
+        }
+    }
+    for kind in TERMINAL_KINDS {
+        let _ = metrics::histogram!(TURN_DURATION_SECONDS, "terminal" => terminal_label(kind));
+    }
+    for kind in WAKEUP_KINDS {
+        let _ = metrics::histogram!(WAKEUP_LATENESS_SECONDS, "kind" => kind);
+    }
+}
 
 /// The wire name of a receipt status.
 pub fn status_name(status: ControlStatus) -> &'static str {

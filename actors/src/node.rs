@@ -946,6 +946,13 @@ impl Node {
         })
     }
 
+    /// How many wake-ups the scheduler holds, by kind (the
+    /// `berth_pending_wakeups` gauge): reflects every suspend, resume and
+    /// schedule change made before the call.
+    pub async fn pending_wakeups(&self) -> berth_scheduler::Pending {
+        self.env.scheduler.pending().await
+    }
+
     /// Whether the node is ready to serve (`GET /readyz`): the journal
     /// answers a read and the scheduler task is running (it is loaded with
     /// every wake-up before [`Node::start`] returns); also how many wake-ups

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use berth_runtime::suspension::Wakeup;
+use berth_runtime::suspension::{DueKind, Wakeup};
 use chrono::{DateTime, Utc};
 
 /// A due time in whole milliseconds, rounded up, so that nothing fires
@@ -18,8 +18,9 @@ pub(crate) fn due_ms(due: DateTime<Utc>) -> i64 {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Key {
     /// A parked session's wake-up (the journal's `wakeups` row of that
-    /// session says what it does).
-    Session(Box<str>),
+    /// session says what it does), and whether its earliest due time is a
+    /// time trigger's (`true`) or the timeout's.
+    Session(Box<str>, bool),
     /// A standing schedule's next run.
     Schedule(Box<str>),
 }
@@ -30,6 +31,8 @@ pub(crate) enum Key {
 pub struct Entry {
     pub(crate) session: Box<str>,
     pub(crate) due_ms: Option<i64>,
+    /// The earliest due time is a time trigger's (not the timeout's).
+    pub(crate) trigger: bool,
     pub(crate) patterns: Vec<Box<str>>,
 }
 
@@ -38,9 +41,11 @@ impl Entry {
     /// to the millisecond) and its event-name patterns (`onEvent` and an
     /// event trigger's).
     pub fn of(wakeup: &Wakeup) -> Self {
+        let next = wakeup.next_due();
         Self {
             session: wakeup.session_id.as_str().into(),
-            due_ms: wakeup.next_due().map(|(due, _)| due_ms(due)),
+            due_ms: next.map(|(due, _)| due_ms(due)),
+            trigger: next.is_some_and(|(_, kind)| kind == DueKind::Trigger),
             patterns: wakeup
                 .on_event
                 .iter()
@@ -51,6 +56,22 @@ impl Entry {
     }
 }
 
+/// How many wake-ups the scheduler holds, by kind (the
+/// `berth_pending_wakeups` gauge).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Parked sessions whose next due time is their timeout.
+    pub timeouts: usize,
+    /// Parked sessions whose next due time is a time trigger (`at` or
+    /// `after`).
+    pub triggers: usize,
+    /// Event subscriptions of parked sessions: (session, event-name
+    /// pattern) pairs from `onEvent` and event triggers.
+    pub events: usize,
+    /// Standing schedules with an armed next run.
+    pub schedules: usize,
+}
+
 /// The scheduler's state: the due order and the event index.
 #[derive(Default)]
 pub(crate) struct Armed {
@@ -59,6 +80,10 @@ pub(crate) struct Armed {
     pub(crate) due: BTreeSet<(i64, Key)>,
     /// How many of `due` are sessions' (the rest are schedules').
     pub(crate) sessions: usize,
+    /// How many of those sessions' are time triggers (the rest timeouts).
+    triggers: usize,
+    /// (session, pattern) pairs in `exact` and `prefixed`.
+    events: usize,
     /// Schedule id → its armed run (so moving a run finds the old one).
     schedules: HashMap<Box<str>, i64>,
     /// Exact event name → sessions waiting for it.
@@ -70,22 +95,30 @@ pub(crate) struct Armed {
 impl Armed {
     pub(crate) fn insert(&mut self, entry: Entry) {
         if let Some(due) = entry.due_ms {
-            if self.due.insert((due, Key::Session(entry.session.clone()))) {
+            let key = Key::Session(entry.session.clone(), entry.trigger);
+            if self.due.insert((due, key)) {
                 self.sessions += 1;
+                self.triggers += usize::from(entry.trigger);
             }
         }
         for pattern in entry.patterns {
             match pattern.strip_suffix('*') {
-                Some(prefix) => self
-                    .prefixed
-                    .entry(entry.session.clone())
-                    .or_default()
-                    .push(prefix.into()),
+                Some(prefix) => {
+                    let prefixes = self.prefixed.entry(entry.session.clone()).or_default();
+                    if !prefixes.iter().any(|p| **p == *prefix) {
+                        prefixes.push(prefix.into());
+                        self.events += 1;
+                    }
+                }
                 None => {
-                    self.exact
+                    if self
+                        .exact
                         .entry(pattern)
                         .or_default()
-                        .insert(entry.session.clone());
+                        .insert(entry.session.clone())
+                    {
+                        self.events += 1;
+                    }
                 }
             }
         }
@@ -93,19 +126,35 @@ impl Armed {
 
     pub(crate) fn remove(&mut self, entry: &Entry) {
         if let Some(due) = entry.due_ms {
-            if self.due.remove(&(due, Key::Session(entry.session.clone()))) {
+            let key = Key::Session(entry.session.clone(), entry.trigger);
+            if self.due.remove(&(due, key)) {
                 self.sessions -= 1;
+                self.triggers -= usize::from(entry.trigger);
             }
         }
         for pattern in &entry.patterns {
             if let Some(set) = self.exact.get_mut(pattern) {
-                set.remove(&entry.session);
+                if set.remove(&entry.session) {
+                    self.events -= 1;
+                }
                 if set.is_empty() {
                     self.exact.remove(pattern);
                 }
             }
         }
-        self.prefixed.remove(&entry.session);
+        if let Some(prefixes) = self.prefixed.remove(&entry.session) {
+            self.events -= prefixes.len();
+        }
+    }
+
+    /// What is held, by kind.
+    pub(crate) fn pending(&self) -> Pending {
+        Pending {
+            timeouts: self.sessions - self.triggers,
+            triggers: self.triggers,
+            events: self.events,
+            schedules: self.schedules.len(),
+        }
     }
 
     /// Sessions with a pattern that matches `name` (exact, or a trailing-`*`
@@ -147,7 +196,10 @@ impl Armed {
         }
         let (due, key) = self.due.pop_first()?;
         match &key {
-            Key::Session(_) => self.sessions -= 1,
+            Key::Session(_, trigger) => {
+                self.sessions -= 1;
+                self.triggers -= usize::from(*trigger);
+            }
             Key::Schedule(id) => {
                 self.schedules.remove(id);
             }

@@ -40,8 +40,8 @@ use berth_runtime::suspension::{DueKind, Wakeup};
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
-pub use armed::Entry;
 use armed::{due_ms, Armed, Key};
+pub use armed::{Entry, Pending};
 
 /// A wake-up that is due, resolved against its journaled row.
 #[derive(Debug, Clone)]
@@ -107,6 +107,7 @@ enum Command {
     DisarmSchedule(Box<str>),
     Candidates(String, oneshot::Sender<Vec<SessionId>>),
     Len(oneshot::Sender<usize>),
+    Pending(oneshot::Sender<Pending>),
 }
 
 /// Handle to the scheduler thread. Cheap to clone; the thread ends when every
@@ -230,6 +231,16 @@ impl Scheduler {
         self.tx.send(Command::Len(reply));
         answer.await.unwrap_or_default()
     }
+
+    /// How many wake-ups are held, by kind. Answered after every command
+    /// sent before it (disarms included), so it reflects every arm and
+    /// disarm that happened before the call. All zero when the scheduler is
+    /// gone.
+    pub async fn pending(&self) -> Pending {
+        let (reply, answer) = oneshot::channel();
+        self.tx.send(Command::Pending(reply));
+        answer.await.unwrap_or_default()
+    }
 }
 
 /// Most queued commands applied between two looks at the clock.
@@ -253,7 +264,7 @@ fn run(
         while let Some((due_ms, key)) = armed.pop_due(now_ms) {
             let lateness_ms = u64::try_from(now_ms - due_ms).unwrap_or(0);
             let out = match key {
-                Key::Session(id) => Fired::Wakeup(Due {
+                Key::Session(id, _) => Fired::Wakeup(Due {
                     session_id: SessionId::from(&*id),
                     due_ms,
                     lateness_ms,
@@ -313,6 +324,9 @@ fn apply(armed: &mut Armed, command: Command) {
         }
         Command::Len(reply) => {
             let _ = reply.send(armed.sessions);
+        }
+        Command::Pending(reply) => {
+            let _ = reply.send(armed.pending());
         }
     }
 }
@@ -424,5 +438,32 @@ mod tests {
         assert_eq!(ids(s.candidates("deploy.done").await), ["other"]);
         // Only due times count as armed.
         assert_eq!(s.armed().await, 0);
+    }
+
+    #[tokio::test]
+    async fn pending_counts_each_kind_until_disarmed_or_fired() {
+        let (s, _fired) = Scheduler::start(Arc::new(SystemClock));
+        let timeout = wakeup("t", 60_000, None);
+        let mut trigger = wakeup("g", -1, None);
+        trigger.trigger_at = Some(Utc::now() + chrono::Duration::seconds(60));
+        let event = wakeup("e", -1, Some("ci.*"));
+        s.arm(&timeout);
+        s.arm(&timeout);
+        s.arm(&trigger);
+        s.arm(&event);
+        s.arm(&event);
+        s.arm_schedule("sched", Utc::now() + chrono::Duration::seconds(60));
+        let held = Pending {
+            timeouts: 1,
+            triggers: 1,
+            events: 1,
+            schedules: 1,
+        };
+        assert_eq!(s.pending().await, held, "arming twice counts once");
+        s.disarm(&timeout);
+        s.disarm(&trigger);
+        s.disarm(&event);
+        s.disarm_schedule("sched");
+        assert_eq!(s.pending().await, Pending::default());
     }
 }

@@ -481,6 +481,39 @@ impl Journal {
         Ok(out)
     }
 
+    /// At most `limit` of the session's events with ids greater than
+    /// `after`, in order (a page of [`Journal::events`]: a reader streams a
+    /// long log page by page instead of holding it whole).
+    ///
+    /// # Errors
+    /// As [`Journal::session`].
+    pub fn events_page(
+        &self,
+        id: &SessionId,
+        after: EventId,
+        limit: usize,
+    ) -> Result<Vec<(EventId, EventRecord)>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(EVENTS)?;
+        let start = after.saturating_add(1);
+        let mut out = Vec::new();
+        for entry in table
+            .range((id.as_str(), start)..=(id.as_str(), u64::MAX))?
+            .take(limit)
+        {
+            let (k, v) = entry?;
+            let event_id = k.value().1;
+            let key = format!("{id}/{event_id}");
+            let row = chain::split_row(v.value()).map_err(|message| StorageError::Corrupt {
+                table: "events",
+                key: key.clone(),
+                message,
+            })?;
+            out.push((event_id, decode("events", &key, row.json)?));
+        }
+        Ok(out)
+    }
+
     /// The session's last event id (0 when it has none).
     ///
     /// # Errors

@@ -121,6 +121,8 @@ pub struct Outbound {
     limit_bytes: u64,
     overflowed: Arc<std::sync::atomic::AtomicBool>,
     closing: CancellationToken,
+    /// Signalled whenever the writer takes a frame (queue space freed).
+    drained: Arc<tokio::sync::Notify>,
 }
 
 impl Outbound {
@@ -164,6 +166,26 @@ impl Outbound {
     fn end(&self) {
         let _ = self.tx.send(String::new());
     }
+
+    /// Waits until at most `bytes` are queued. `false` when the connection
+    /// closes first.
+    async fn wait_below(&self, bytes: u64) -> bool {
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.closing.is_cancelled() {
+                return false;
+            }
+            if self.queued_bytes.load(Ordering::Acquire) <= bytes {
+                return true;
+            }
+            tokio::select! {
+                () = drained => {}
+                () = self.closing.cancelled() => return false,
+            }
+        }
+    }
 }
 
 /// The receiving half of a connection's outbound queue (the transport's
@@ -173,6 +195,7 @@ pub struct OutboundQueue {
     queued_bytes: Arc<AtomicU64>,
     total_bytes: Option<Arc<AtomicU64>>,
     overflowed: Arc<std::sync::atomic::AtomicBool>,
+    drained: Arc<tokio::sync::Notify>,
 }
 
 impl OutboundQueue {
@@ -181,6 +204,7 @@ impl OutboundQueue {
         let frame = self.rx.recv().await?;
         let bytes = frame.len() as u64;
         self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        self.drained.notify_waiters();
         if let Some(total) = &self.total_bytes {
             total.fetch_sub(bytes, Ordering::AcqRel);
         }
@@ -259,6 +283,7 @@ impl Connection {
         let queued_bytes = Arc::new(AtomicU64::new(0));
         let overflowed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let closing = CancellationToken::new();
+        let drained = Arc::new(tokio::sync::Notify::new());
         let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
         let principal = principal.unwrap_or_else(|| Principal::local(format!("acp:{id}")));
         let outbound = Outbound {
@@ -268,6 +293,7 @@ impl Connection {
             limit_bytes: max_outbound_bytes,
             overflowed: Arc::clone(&overflowed),
             closing: closing.clone(),
+            drained: Arc::clone(&drained),
         };
         let requests = Arc::<ClientRequests>::default();
         let extensions = Arc::<ClientExtensions>::default();
@@ -296,6 +322,7 @@ impl Connection {
                 queued_bytes,
                 total_bytes,
                 overflowed,
+                drained,
             },
             closing,
         )
@@ -304,6 +331,17 @@ impl Connection {
     /// Queues a frame for the writer. Returns `false` when the writer is gone.
     pub fn send(&self, frame: String) -> bool {
         self.outbound.send(frame)
+    }
+
+    /// Waits until at most half of the outbound bound is queued, so that a
+    /// producer that pages through a long stream (a `session/load` replay)
+    /// stays under the bound for a client that reads. `false` when the
+    /// connection closes first (a client that stops reading is closed by its
+    /// transport's send deadline).
+    pub async fn wait_for_room(&self) -> bool {
+        self.outbound
+            .wait_below(self.outbound.limit_bytes / 2)
+            .await
     }
 
     /// Who this connection is in receipts (`control_outcome.actor`): the
@@ -633,7 +671,8 @@ where
 /// reading ends, requests in flight are dropped unanswered, no new frame is
 /// queued, and the writer finishes writing the frames already queued, whole,
 /// then returns. A client that stops reading keeps it waiting: the caller
-/// bounds how long it waits for this to return.
+/// bounds how long it waits for this to return. No outbound bound and no
+/// send deadline ([`serve_bounded`] has them).
 ///
 /// # Errors
 /// I/O errors of the reader or writer.
@@ -649,8 +688,92 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    // Lines are written as fast as the pipe takes them: no outbound bound.
-    let (conn, mut queue, closing) = Connection::open(node, principal, u64::MAX);
+    serve_bounded(
+        node,
+        principal,
+        reader,
+        writer,
+        options,
+        LineBounds::UNBOUNDED,
+        stop,
+    )
+    .await
+}
+
+/// Outbound bounds of a line transport (the control socket, stdio).
+#[derive(Debug, Clone, Default)]
+pub struct LineBounds {
+    /// Bytes of frames that may wait for a client that does not read; one
+    /// more frame past it cuts the connection off (nothing more is queued
+    /// for it, its input is no longer read, the writer stops at its next
+    /// frame). `None`: unbounded.
+    pub max_outbound_bytes: Option<u64>,
+    /// Longest one write (or flush) may take; past it the connection is
+    /// closed and its queue freed. `None`: no deadline.
+    pub send_timeout: Option<std::time::Duration>,
+    /// A transport-wide total the connection's queued bytes are counted
+    /// into (for tests and metrics).
+    pub total_bytes: Option<Arc<AtomicU64>>,
+}
+
+impl LineBounds {
+    /// No bound and no deadline.
+    pub const UNBOUNDED: Self = Self {
+        max_outbound_bytes: None,
+        send_timeout: None,
+        total_bytes: None,
+    };
+}
+
+/// Runs one write of the writer under `deadline`.
+async fn write_within(
+    deadline: Option<std::time::Duration>,
+    write: impl std::future::Future<Output = std::io::Result<()>>,
+) -> std::io::Result<()> {
+    match deadline {
+        None => write.await,
+        Some(d) => tokio::time::timeout(d, write).await.unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the client did not take a frame within {} ms",
+                    d.as_millis()
+                ),
+            ))
+        }),
+    }
+}
+
+/// [`serve_until`] with `bounds` on what waits for the client: at most
+/// `bounds.max_outbound_bytes` queued (past it the connection is cut off,
+/// as the WebSocket transport does), and every write of the writer within
+/// `bounds.send_timeout` (past it the connection is closed and its queue
+/// freed). A client cut off reconnects and catches up with `session/load`
+/// + `_meta.berth.lastEventId`: its events are in the journal.
+///
+/// # Errors
+/// I/O errors of the reader or writer; [`std::io::ErrorKind::TimedOut`]
+/// when a write passed the deadline; [`std::io::ErrorKind::WouldBlock`]
+/// when the queue passed its bound.
+pub async fn serve_bounded<R, W>(
+    node: Node,
+    principal: Option<Principal>,
+    reader: R,
+    writer: W,
+    options: ServeOptions,
+    bounds: LineBounds,
+    stop: CancellationToken,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (conn, mut queue, closing) = Connection::open_counted(
+        node,
+        principal,
+        bounds.max_outbound_bytes.unwrap_or(u64::MAX),
+        bounds.total_bytes.clone(),
+    );
     // Stopping cuts the connection off as an overflow does: no frame is
     // queued after it, so what the writer drains is all there will be.
     let relay = {
@@ -661,6 +784,8 @@ where
             outbound.end();
         })
     };
+    let deadline = bounds.send_timeout;
+    let writer_closing = closing.clone();
     let writer_task = tokio::spawn(async move {
         // Buffered: a frame and its newline are one write, and a backlog of
         // frames goes out in a few large writes (flushed whenever the queue
@@ -671,20 +796,35 @@ where
         // 1,000 wake-ups (6,000 frames, 3.6 MB) took 450 of those round
         // trips, and its last turn ended ≈ 4 ms later (`bench-sched`).
         let mut writer = tokio::io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
-        // Once stopped, the writer ends at the end mark, behind the last
-        // frame queued (watchers may still hold senders it would otherwise
-        // wait for).
-        while let Some(frame) = queue.recv().await {
-            if frame.is_empty() {
-                break;
+        let written = async {
+            // Once stopped, the writer ends at the end mark, behind the last
+            // frame queued (watchers may still hold senders it would
+            // otherwise wait for).
+            while let Some(frame) = queue.recv().await {
+                if queue.overflowed() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::WouldBlock,
+                        "the client is not reading its frames",
+                    ));
+                }
+                if frame.is_empty() {
+                    break;
+                }
+                write_within(deadline, writer.write_all(frame.as_bytes())).await?;
+                write_within(deadline, writer.write_all(b"\n")).await?;
+                if queue.is_empty() {
+                    write_within(deadline, writer.flush()).await?;
+                }
             }
-            writer.write_all(frame.as_bytes()).await?;
-            writer.write_all(b"\n").await?;
-            if queue.is_empty() {
-                writer.flush().await?;
-            }
+            write_within(deadline, writer.flush()).await
         }
-        writer.flush().await
+        .await;
+        if written.is_err() {
+            // The reader stops too; the queue is freed as this task ends.
+            writer_closing.cancel();
+        }
+        drop(queue);
+        written
     });
     let max = options.max_frame_bytes;
     let lines = futures::stream::unfold(BufReader::new(reader), move |mut reader| async move {
@@ -697,6 +837,9 @@ where
     });
     let read_result = drive(&conn, Box::pin(lines), closing, options).await;
     relay.abort();
+    // The writer stops behind what is queued now (an overflowed connection's
+    // writer stops at its next frame instead).
+    conn.outbound.end();
     drop(conn);
     let write_result = writer_task
         .await

@@ -8,12 +8,20 @@
 //! |---|---|---|---|
 //! | `berth_sessions` | gauge | `state` = `running` \| `suspended` \| `idle` | sessions by state (idle includes closed), set at each scrape |
 //! | `berth_sessions_live` | gauge | | sessions held in memory by an actor |
+//! | `berth_pending_wakeups` | gauge | `kind` = `timeout` \| `trigger` \| `event` \| `schedule` | wake-ups the scheduler holds: parked sessions whose next due time is their timeout or a time trigger, event subscriptions of parked sessions, armed schedule runs; set at each scrape |
 //! | `berth_controls_total` | counter | `method`, `outcome` = `accepted` \| `idempotent` \| `rejected` | one per `control_outcome` receipt |
 //! | `berth_journal_commit_seconds` | histogram | | one successful group commit, from its commit-log append to its applied transaction (durable) |
 //! | `berth_journal_commit_errors_total` | counter | | failed group commits |
 //! | `berth_journal_commit_group_size` | histogram | | requests folded into one commit |
 //! | `berth_wakeup_lateness_seconds` | histogram | `kind` = `timeout` \| `trigger` \| `schedule` | how late a scheduled wake-up fired |
 //! | `berth_turn_duration_seconds` | histogram | `terminal` (terminal kind, or `suspended`) | a turn from start to seal or park |
+//!
+//! Every series whose label values form a closed set exists from the first
+//! scrape, at zero: the session and wake-up gauges for each state and kind,
+//! `berth_controls_total` for each receipt-journaling control method ×
+//! outcome, the commit error counter, and each histogram (per terminal kind
+//! and wake-up kind) with zero counts — so a scrape right after a start or
+//! restart lists them instead of having them appear at their first event.
 //!
 //! ## Upkeep
 //!
@@ -36,6 +44,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 pub const SESSIONS: &str = "berth_sessions";
 /// Gauge of sessions held in memory.
 pub const SESSIONS_LIVE: &str = "berth_sessions_live";
+/// Gauge of pending wake-ups by kind.
+pub const PENDING_WAKEUPS: &str = "berth_pending_wakeups";
 
 static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
 
@@ -134,6 +144,10 @@ fn describe() {
     DESCRIBED.get_or_init(|| {
         metrics::describe_gauge!(SESSIONS, "Sessions by state (idle includes closed).");
         metrics::describe_gauge!(SESSIONS_LIVE, "Sessions held in memory by an actor.");
+        metrics::describe_gauge!(
+            PENDING_WAKEUPS,
+            "Wake-ups the scheduler holds: timeouts, time triggers, event subscriptions, schedule runs."
+        );
         metrics::describe_counter!(
             berth_actors::metrics::CONTROLS_TOTAL,
             "Controls by method and outcome (one per control_outcome receipt)."
@@ -161,7 +175,23 @@ fn describe() {
             metrics::Unit::Seconds,
             "Turn duration from start to seal or park."
         );
+        berth_actors::metrics::register_known_series();
+        metrics::counter!(berth_storage::COMMIT_ERRORS_TOTAL).increment(0);
+        let _ = metrics::histogram!(berth_storage::COMMIT_SECONDS);
+        let _ = metrics::histogram!(berth_storage::COMMIT_GROUP_SIZE);
     });
+}
+
+/// Installs the recorder and creates every known series at zero
+/// ([`render`] does this too); the server calls it when it starts, so that
+/// the families exist before the first scrape and count from the start.
+///
+/// # Errors
+/// As [`handle`].
+pub fn install() -> Result<(), String> {
+    handle()?;
+    describe();
+    Ok(())
 }
 
 /// Sets the scrape-time gauges from `node` and renders every family.
@@ -176,5 +206,14 @@ pub async fn render(node: &Node) -> Result<String, String> {
     metrics::gauge!(SESSIONS, "state" => "suspended").set(counts.suspended as f64);
     metrics::gauge!(SESSIONS, "state" => "idle").set(counts.idle as f64);
     metrics::gauge!(SESSIONS_LIVE).set(counts.live as f64);
+    let pending = node.pending_wakeups().await;
+    for (kind, n) in [
+        ("timeout", pending.timeouts),
+        ("trigger", pending.triggers),
+        ("event", pending.events),
+        ("schedule", pending.schedules),
+    ] {
+        metrics::gauge!(PENDING_WAKEUPS, "kind" => kind).set(n as f64);
+    }
     Ok(handle.render())
 }

@@ -199,7 +199,7 @@ impl HttpServer {
     /// # Errors
     /// [`HttpError::Bind`], [`HttpError::Metrics`].
     pub async fn bind(self) -> Result<BoundServer, HttpError> {
-        crate::metrics::handle().map_err(HttpError::Metrics)?;
+        crate::metrics::install().map_err(HttpError::Metrics)?;
         let addr = self.config.listen;
         let tcp = TcpListener::bind(addr)
             .await

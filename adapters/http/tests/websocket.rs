@@ -279,3 +279,153 @@ async fn a_client_that_stops_reading_is_closed_and_its_queue_freed() {
     let list = call(&mut writer, 99, "session/list", json!({})).await;
     assert!(list["result"].is_object(), "{list}");
 }
+
+/// A `session/load` replay larger than the connection's outbound bound is
+/// streamed under it: a client that reads gets every replayed event and
+/// then the answer listing them; one that does not read is still closed.
+#[tokio::test]
+async fn a_replay_larger_than_the_outbound_bound_loads_for_a_reading_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), |o| {
+        o.max_outbound_bytes = 1024 * 1024;
+        o.send_timeout = Duration::from_millis(500);
+        o.ping_interval = Duration::from_secs(600);
+    })
+    .await;
+    // About 6 MB of events: six times the bound.
+    let mut writer = connect(&server.addr, None).await;
+    let new = call(
+        &mut writer,
+        1,
+        "session/new",
+        json!({"cwd": dir.path(), "mcpServers": []}),
+    )
+    .await;
+    let sid = new["result"]["sessionId"].as_str().unwrap().to_owned();
+    let big = "x".repeat(300 * 1024);
+    for i in 0..20u64 {
+        let r = call(
+            &mut writer,
+            10 + i,
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": big}]}),
+        )
+        .await;
+        assert!(r["result"].is_object(), "{r}");
+    }
+    let last = server
+        ._node
+        .journal()
+        .last_event_id(&sid.as_str().into())
+        .unwrap();
+
+    // A reading client: every replayed notification, in order, then the
+    // answer, on an open connection.
+    let mut reader = connect(&server.addr, None).await;
+    let load = json!({"jsonrpc": "2.0", "id": 1, "method": "session/load",
+        "params": {"sessionId": sid, "cwd": dir.path(), "mcpServers": []}});
+    reader
+        .write_all(&text(load.to_string().as_bytes()))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let answer = tokio::time::timeout(BOUNDED, async {
+        loop {
+            let (opcode, payload) = read_frame(&mut reader)
+                .await
+                .expect("the reading client was disconnected during the replay");
+            assert_ne!(
+                opcode,
+                0x8,
+                "closed: {:?}",
+                &payload[..payload.len().min(2)]
+            );
+            if opcode != 0x1 {
+                continue;
+            }
+            let v: Value = serde_json::from_slice(&payload).unwrap();
+            if v["id"] == json!(1) {
+                return v;
+            }
+            if let Some(id) = v
+                .pointer("/params/_meta/berth/eventId")
+                .and_then(Value::as_u64)
+            {
+                assert_eq!(
+                    v.pointer("/params/_meta/berth/replayed"),
+                    Some(&json!(true)),
+                    "{v}"
+                );
+                if seen.last() != Some(&id) {
+                    seen.push(id);
+                }
+            }
+        }
+    })
+    .await
+    .expect("no load answer");
+    let replayed = answer
+        .pointer("/result/_meta/berth/replayed")
+        .and_then(Value::as_array)
+        .unwrap_or_else(|| panic!("{answer}"));
+    let listed: Vec<u64> = replayed
+        .iter()
+        .map(|r| r["eventId"].as_u64().unwrap())
+        .collect();
+    assert_eq!(listed, (1..=last).collect::<Vec<_>>());
+    assert_eq!(
+        answer.pointer("/result/_meta/berth/lastEventId"),
+        Some(&json!(last))
+    );
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert_eq!(seen.last(), Some(&last));
+    // Live events follow on the same connection.
+    let r = call(
+        &mut writer,
+        90,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "after"}]}),
+    )
+    .await;
+    assert!(r["result"].is_object(), "{r}");
+    let live = tokio::time::timeout(BOUNDED, async {
+        loop {
+            let (opcode, payload) = read_frame(&mut reader).await.expect("closed");
+            if opcode != 0x1 {
+                continue;
+            }
+            let v: Value = serde_json::from_slice(&payload).unwrap();
+            if let Some(id) = v
+                .pointer("/params/_meta/berth/eventId")
+                .and_then(Value::as_u64)
+            {
+                return (id, v);
+            }
+        }
+    })
+    .await
+    .expect("no live event");
+    assert_eq!(live.0, last + 1, "{}", live.1);
+    assert_ne!(
+        live.1.pointer("/params/_meta/berth/replayed"),
+        Some(&json!(true))
+    );
+
+    // A client that loads and never reads is still cut off.
+    let mut idle = connect(&server.addr, Some(4096)).await;
+    idle.write_all(&text(load.to_string().as_bytes()))
+        .await
+        .unwrap();
+    let closed = tokio::time::timeout(BOUNDED, async {
+        while server.stats.connections.load(Ordering::Acquire) != 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        while server.stats.connections.load(Ordering::Acquire) != 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the non-reading client is still served");
+    let code = close_code(&mut idle).await;
+    assert!(matches!(code, Some(1008) | None), "{code:?}");
+}

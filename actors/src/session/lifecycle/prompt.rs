@@ -397,10 +397,7 @@ pub(crate) async fn finish(
     };
     let ran_ms = (state.env.config.clock.now() - turn.started_at).num_milliseconds();
     let label = match &exit {
-        TurnExit::Ended(outcome) => serde_json::to_value(outcome.terminal.kind)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_else(|| "unknown".into()),
+        TurnExit::Ended(outcome) => crate::metrics::terminal_label(outcome.terminal.kind),
         TurnExit::Suspended(_) => "suspended".into(),
     };
     crate::metrics::record_turn(&label, ran_ms);

@@ -19,6 +19,9 @@ fn meta(last_event_id: u64) -> Meta {
     meta
 }
 
+/// Journal events read per page of a streamed `session/load` replay.
+const REPLAY_PAGE_EVENTS: usize = 64;
+
 /// Attaches this connection and re-sends every persisted event as a
 /// `session/update` (or `_berth/agentEvent`) marked `_meta.berth.replayed: true`
 /// before answering; the answer lists them as `_meta.berth.replayed:
@@ -27,6 +30,16 @@ fn meta(last_event_id: u64) -> Meta {
 /// Events after the replay arrive live, exactly once. A live session stays
 /// promptable.
 ///
+/// The replay is streamed under the connection's outbound bound: events are
+/// read from the journal [`REPLAY_PAGE_EVENTS`] at a time and queued only
+/// while at most half the bound waits for the client
+/// ([`Connection::wait_for_room`]), so a client that reads loads a session
+/// of any size, and one that stops reading is closed by its transport's
+/// send deadline. Once the journal has nothing past the cursor, the session
+/// actor attaches the connection with `Replay::After(cursor)`: it delivers
+/// the events committed meanwhile and registers the watcher in one step, so
+/// nothing between the replay's end and the live tail is lost or sent twice.
+///
 /// A client that reconnects passes the last event id it acknowledged as
 /// `_meta.berth.lastEventId` (a non-negative integer; issue 8): only the
 /// events after it are replayed, so it receives exactly what it missed.
@@ -34,7 +47,9 @@ fn meta(last_event_id: u64) -> Meta {
 ///
 /// # Errors
 /// -32602 (field `_meta.berth.lastEventId`) when it is not a non-negative
-/// integer or is past the session's last event; -32004 unknown session.
+/// integer or is past the session's last event; -32004 unknown session;
+/// -32603 when the connection closes during the replay (nobody reads the
+/// answer then).
 pub(crate) async fn load(conn: &Connection, params: Value) -> Result<Value, RpcError> {
     let id = session_id(&params)?;
     let after = match params.pointer("/_meta/berth/lastEventId") {
@@ -43,14 +58,63 @@ pub(crate) async fn load(conn: &Connection, params: Value) -> Result<Value, RpcE
             RpcError::invalid_params("_meta.berth.lastEventId", "must be a non-negative integer")
         })?,
     };
+    let journal = conn.node.journal();
+    let storage = |e| RpcError::from(berth_actors::ControlError::Storage(e));
+    if journal.session(&id).map_err(storage)?.is_none() {
+        return Err(berth_actors::ControlError::UnknownSession { session_id: id }.into());
+    }
+    let last = journal.last_event_id(&id).map_err(storage)?;
+    if after > last {
+        return Err(RpcError::invalid_params(
+            "_meta.berth.lastEventId",
+            format!("{after} is past the session's last event id {last}"),
+        ));
+    }
+    let watcher = conn.watcher();
+    let mut cursor = after;
+    let mut streamed: Vec<(u64, &'static str)> = Vec::new();
+    loop {
+        let page = journal
+            .events_page(&id, cursor, REPLAY_PAGE_EVENTS)
+            .map_err(storage)?;
+        if page.is_empty() {
+            break;
+        }
+        for (event_id, record) in page {
+            if !conn.wait_for_room().await {
+                return Err(RpcError::internal(
+                    "the connection closed during the replay",
+                ));
+            }
+            streamed.push((event_id, record.event.type_name()));
+            let notice = berth_actors::SessionNotice {
+                session_id: id.clone(),
+                event_id,
+                record: std::sync::Arc::new(record),
+                replayed: true,
+                origin: None,
+            };
+            if !watcher.notify(&notice) {
+                return Err(RpcError::internal(
+                    "the connection closed during the replay",
+                ));
+            }
+            cursor = event_id;
+        }
+    }
+    if !conn.wait_for_room().await {
+        return Err(RpcError::internal(
+            "the connection closed during the replay",
+        ));
+    }
     let outcome = conn
         .node
-        .attach_with(&id, conn.watcher(), berth_actors::Replay::After(after))
+        .attach_with(&id, conn.watcher(), berth_actors::Replay::After(cursor))
         .await?;
     conn.mark_attached(&id);
-    let last = outcome.replayed.last().map_or(after, |(id, _)| *id);
-    let replayed: Vec<Value> = outcome
-        .replayed
+    streamed.extend(outcome.replayed.iter().copied());
+    let last = streamed.last().map_or(after, |(id, _)| *id);
+    let replayed: Vec<Value> = streamed
         .iter()
         .map(|(event_id, kind)| json!({"eventId": event_id, "type": kind}))
         .collect();

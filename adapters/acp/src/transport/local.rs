@@ -3,6 +3,14 @@
 //! host — `berth event emit`, scripts — can reach the node that holds the
 //! journal. The socket file is created mode 0600: only the host owner may
 //! connect, and a connection is trusted like stdio.
+//!
+//! What waits for a client is bounded as on a WebSocket
+//! ([`default_bounds`]): at most [`MAX_OUTBOUND_BYTES`] (64 MiB) of frames
+//! are queued per connection (one more cuts it off), and every write must
+//! be taken within [`SEND_TIMEOUT`] (5 s): a client that stops reading
+//! fills the socket's buffer, the next write passes the deadline, and the
+//! connection is closed and its queue freed. The client reconnects and
+//! catches up with `session/load` + `_meta.berth.lastEventId`.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -12,7 +20,7 @@ use berth_actors::Node;
 use tokio::net::UnixListener;
 use tokio::sync::Semaphore;
 
-use crate::connection::{serve, ServeOptions};
+use crate::connection::{serve_bounded, LineBounds, ServeOptions};
 
 /// Most connections served at once; more wait for a slot.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -69,6 +77,24 @@ pub fn check_owner(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Bytes of frames that may wait for one control socket client (the
+/// WebSocket transport's default bound).
+pub const MAX_OUTBOUND_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Longest one write to a control socket client may take (the WebSocket
+/// transport's default send deadline).
+pub const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The bounds [`LocalSocket::serve`] uses: [`MAX_OUTBOUND_BYTES`],
+/// [`SEND_TIMEOUT`].
+pub fn default_bounds() -> LineBounds {
+    LineBounds {
+        max_outbound_bytes: Some(MAX_OUTBOUND_BYTES),
+        send_timeout: Some(SEND_TIMEOUT),
+        total_bytes: None,
+    }
+}
+
 /// A bound control socket; the file is removed when this is dropped.
 #[derive(Debug)]
 pub struct LocalSocket {
@@ -111,13 +137,27 @@ impl LocalSocket {
     }
 
     /// Serves ACP connections until the task is dropped; each connection is
-    /// an ordinary ACP connection with `options`' bounds, at most
-    /// [`MAX_CONNECTIONS`] at once.
+    /// an ordinary ACP connection with `options`' bounds and
+    /// [`default_bounds`], at most [`MAX_CONNECTIONS`] at once.
     ///
     /// # Errors
     /// None today (accept errors are logged and retried); the `Result` is for
     /// the caller's `select!`.
     pub async fn serve(&mut self, node: Node, options: ServeOptions) -> std::io::Result<()> {
+        self.serve_with(node, options, default_bounds()).await
+    }
+
+    /// [`LocalSocket::serve`] with other outbound `bounds` (each connection
+    /// gets them; `bounds.total_bytes` sums the bytes queued over all).
+    ///
+    /// # Errors
+    /// As [`LocalSocket::serve`].
+    pub async fn serve_with(
+        &mut self,
+        node: Node,
+        options: ServeOptions,
+        bounds: LineBounds,
+    ) -> std::io::Result<()> {
         let Some(listener) = self.listener.take() else {
             return Ok(());
         };
@@ -137,9 +177,12 @@ impl LocalSocket {
                 }
             };
             let node = node.clone();
+            let bounds = bounds.clone();
             tokio::spawn(async move {
                 let (read, write) = stream.into_split();
-                if let Err(e) = serve(node, read, write, options).await {
+                let stop = tokio_util::sync::CancellationToken::new();
+                if let Err(e) = serve_bounded(node, None, read, write, options, bounds, stop).await
+                {
                     tracing::debug!(error = %e, "control socket connection ended");
                 }
                 drop(slot);

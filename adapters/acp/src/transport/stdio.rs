@@ -8,11 +8,27 @@
 //! 100,000 sessions parked over one connection it held about 400 MiB more
 //! RSS (952 vs 540 MiB after passivation, `bench-sched --park 100000`), so
 //! stdio stays on tokio's streams.
+//!
+//! A parent that stops reading stdout: frames wait in the connection's
+//! queue up to [`MAX_OUTBOUND_BYTES`] (64 MiB, the WebSocket default), so
+//! berth's memory stays bounded whatever the sessions produce. A
+//! `session/load` replay waits for room (it is streamed under the bound, so
+//! a paused parent gets it whole when it reads again); live notifications
+//! do not wait, and one frame past the bound cuts the connection off: nothing more is queued (the events stay in
+//! the journal), stdin is no longer read, and [`serve_stdio`] returns an
+//! error once the write in progress returns (a blocked pipe write cannot be
+//! abandoned), and berth exits as when its transport fails. There is no
+//! send deadline: the parent is the one client, and may pause (a debugger,
+//! `SIGSTOP`) without losing its connection as long as less than the bound
+//! piles up meanwhile.
 
 use berth_actors::Node;
 use tokio_util::sync::CancellationToken;
 
-use crate::connection::{serve_until, ServeOptions};
+use crate::connection::{serve_bounded, LineBounds, ServeOptions};
+
+/// Bytes of frames that may wait for a parent that does not read stdout.
+pub const MAX_OUTBOUND_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Serves one ACP connection on stdin/stdout until stdin closes and every
 /// in-flight request has been answered, or until `stop` is cancelled: then
@@ -28,12 +44,17 @@ pub async fn serve_stdio(
     options: ServeOptions,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    serve_until(
+    serve_bounded(
         node,
         None,
         tokio::io::stdin(),
         tokio::io::stdout(),
         options,
+        LineBounds {
+            max_outbound_bytes: Some(MAX_OUTBOUND_BYTES),
+            send_timeout: None,
+            total_bytes: None,
+        },
         stop,
     )
     .await
