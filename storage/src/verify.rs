@@ -85,6 +85,17 @@ pub struct Finding {
     pub message: String,
 }
 
+impl Finding {
+    /// Where it is, for the operator: `event 14`, or for a [`Check::Seal`]
+    /// finding `row transcript_messages/sess_…/3`.
+    pub fn location(&self) -> String {
+        match &self.row {
+            Some(row) => format!("row {row}"),
+            None => format!("event {}", self.seq),
+        }
+    }
+}
+
 /// A session's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
