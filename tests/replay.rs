@@ -294,4 +294,23 @@ steps = [{ text = "MARKER answer to keep" }]
     let out = cli(&["replay", &sid, "--verify"], &data);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains(&row), "{}", text(&out));
+
+    // A berth started on it does not feed the edited transcript to a model.
+    let mut server = start_server(&data, &script);
+    server.send(
+        2,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]}),
+    );
+    let answer = server.until(2).1;
+    let reason = answer["error"]["data"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        reason.contains(&format!("transcript_messages/{sid}/{edited}"))
+            && reason.contains("does not match its seal")
+            && !reason.contains("panicked"),
+        "{answer}"
+    );
+    server.stop();
 }
