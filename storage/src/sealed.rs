@@ -61,17 +61,31 @@ pub(crate) fn seal(
     index: u64,
     value: &[u8],
 ) -> Vec<u8> {
+    let mut row = Vec::new();
+    seal_into(&mut row, keyring, table, session, index, value);
+    row
+}
+
+/// [`seal`] into `row` (cleared first), so the writer reuses one buffer.
+pub(crate) fn seal_into(
+    row: &mut Vec<u8>,
+    keyring: &Keyring,
+    table: &str,
+    session: &str,
+    index: u64,
+    value: &[u8],
+) {
     let lens = lens(table, session);
     let index = index.to_be_bytes();
     let (key_id, tag) = keyring.mac_parts(&parts(table, session, &index, &lens, value));
-    let mut row = Vec::with_capacity(2 + key_id.len() + 32 + value.len());
+    row.clear();
+    row.reserve(2 + key_id.len() + 32 + value.len());
     row.push(SEAL_VERSION);
     // Key ids are 1 to 64 characters (`keyring::valid_key_id`).
     row.push(u8::try_from(key_id.len()).unwrap_or(u8::MAX));
     row.extend_from_slice(key_id.as_bytes());
     row.extend_from_slice(&tag);
     row.extend_from_slice(value);
-    row
 }
 
 /// A sealed row, split.

@@ -632,6 +632,8 @@ pub(crate) fn apply_all<'g>(
     // Last event id and hash per session, as of this transaction.
     let mut tips: HashMap<&str, (u64, [u8; 32])> = HashMap::new();
     let mut out = Vec::with_capacity(batches.len());
+    // One buffer for every sealed row of the group.
+    let mut row = Vec::new();
     for &batch in batches {
         if let Some(refused) = refusal(batch, &open_turns, &resume_claims, &suspensions)? {
             out.push(Err(refused));
@@ -661,25 +663,25 @@ pub(crate) fn apply_all<'g>(
                     ids.push(next);
                 }
                 Op::PutFrame { id, value } => {
-                    let row = sealed::seal(keyring, "frames", id, sealed::NO_INDEX, value);
+                    sealed::seal_into(&mut row, keyring, "frames", id, sealed::NO_INDEX, value);
                     frames.insert(id.as_str(), row.as_slice())?;
                 }
                 Op::DeleteFrame { id } => {
                     frames.remove(id.as_str())?;
                 }
                 Op::PutTranscriptMessage { id, index, value } => {
-                    let row = sealed::seal(keyring, "transcript_messages", id, *index, value);
+                    sealed::seal_into(&mut row, keyring, "transcript_messages", id, *index, value);
                     transcripts.insert((id.as_str(), *index), row.as_slice())?;
                 }
                 Op::OpenTurn { id, value, .. } => {
-                    let row = sealed::seal(keyring, "open_turns", id, sealed::NO_INDEX, value);
+                    sealed::seal_into(&mut row, keyring, "open_turns", id, sealed::NO_INDEX, value);
                     open_turns.insert(id.as_str(), row.as_slice())?;
                 }
                 Op::CloseTurn { id } => {
                     open_turns.remove(id.as_str())?;
                 }
                 Op::PutCheckpoint { id, seq, value } => {
-                    let row = sealed::seal(keyring, "checkpoints", id, *seq, value);
+                    sealed::seal_into(&mut row, keyring, "checkpoints", id, *seq, value);
                     checkpoints.insert((id.as_str(), *seq), row.as_slice())?;
                 }
                 Op::DeleteCheckpointsFrom { id, seq } => {
@@ -691,7 +693,14 @@ pub(crate) fn apply_all<'g>(
                         .retain_in((id.as_str(), *from)..=(id.as_str(), u64::MAX), |_, _| false)?;
                 }
                 Op::PutSuspension { id, value } => {
-                    let row = sealed::seal(keyring, "suspensions", id, sealed::NO_INDEX, value);
+                    sealed::seal_into(
+                        &mut row,
+                        keyring,
+                        "suspensions",
+                        id,
+                        sealed::NO_INDEX,
+                        value,
+                    );
                     suspensions.insert(id.as_str(), row.as_slice())?;
                 }
                 Op::PutWakeup { id, value } => {
