@@ -201,11 +201,22 @@ pub fn verify(dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
                 ""
             }
         );
+        if !report.rows_covered {
+            println!(
+                "note      format {} predates sealed rows: transcripts, checkpoints, frames, \
+                 suspensions and open turns are not covered (a berth opening the data dir \
+                 seals them as they are then)",
+                report.format
+            );
+        }
         for session in &report.sessions {
             match (&session.status, &session.first_bad) {
                 (Verdict::Tampered, Some(bad)) => println!(
-                    "tampered  {}  at event {} ({:?}): {}",
-                    session.session_id, bad.seq, bad.check, bad.message
+                    "tampered  {}  at {} ({:?}): {}",
+                    session.session_id,
+                    bad.location(),
+                    bad.check,
+                    bad.message
                 ),
                 _ => println!(
                     "ok        {}  {} events, {} signed receipts",

@@ -234,3 +234,83 @@ fn a_sigkill_mid_turn_replays_up_to_the_crash() {
     let out = cli(&["replay", &sid], &data);
     assert!(text(&out).contains("stopped   at event"), "{}", text(&out));
 }
+
+/// A transcript row (what the session reloads as model context) edited in
+/// the redb file: `berth verify` and `berth replay --verify` both exit 2
+/// naming the row, where before the edit both were ok.
+#[test]
+fn an_edited_transcript_row_is_tampered_for_verify_and_replay() {
+    const ANSWER: &str = r#"
+[[rules]]
+match = "hello"
+steps = [{ text = "MARKER answer to keep" }]
+"#;
+    let (_dir, data, cwd, script) = workspace(ANSWER);
+    let mut server = start_server(&data, &script);
+    let sid = server.new_session(2, &cwd);
+    server.send(
+        3,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]}),
+    );
+    server.until(3);
+    server.stop();
+    let out = cli(&["verify"], &data);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = cli(&["replay", &sid, "--verify"], &data);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    const TRANSCRIPTS: TableDefinition<(&str, u64), &[u8]> =
+        TableDefinition::new("transcript_messages");
+    let db = redb::Database::create(data.join("journal.redb")).unwrap();
+    let txn = db.begin_write().unwrap();
+    let mut edited = None;
+    {
+        let mut table = txn.open_table(TRANSCRIPTS).unwrap();
+        let rows: Vec<(u64, Vec<u8>)> = table
+            .range((sid.as_str(), 0)..=(sid.as_str(), u64::MAX))
+            .unwrap()
+            .map(|e| {
+                let (k, v) = e.unwrap();
+                (k.value().1, v.value().to_vec())
+            })
+            .collect();
+        for (index, mut row) in rows {
+            if let Some(at) = row.windows(6).position(|w| w == b"MARKER") {
+                row[at] ^= 0x01;
+                table.insert((sid.as_str(), index), row.as_slice()).unwrap();
+                edited = Some(index);
+            }
+        }
+    }
+    txn.commit().unwrap();
+    drop(db);
+    let edited = edited.expect("the answer is in the transcript");
+    let row = format!("row transcript_messages/{sid}/{edited}");
+
+    let out = cli(&["verify"], &data);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains(&row), "{}", text(&out));
+    let out = cli(&["replay", &sid, "--verify"], &data);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains(&row), "{}", text(&out));
+
+    // A berth started on it does not feed the edited transcript to a model.
+    let mut server = start_server(&data, &script);
+    server.send(
+        2,
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]}),
+    );
+    let answer = server.until(2).1;
+    let reason = answer["error"]["data"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        reason.contains(&format!("transcript_messages/{sid}/{edited}"))
+            && reason.contains("does not match its seal")
+            && !reason.contains("panicked"),
+        "{answer}"
+    );
+    server.stop();
+}

@@ -82,7 +82,9 @@ impl Registry {
     ///
     /// # Errors
     /// [`ControlError::UnknownSession`] when the journal has no such session;
-    /// [`ControlError::ActorFailed`] when rehydration failed.
+    /// [`ControlError::Storage`] when rehydration failed on the journal (a
+    /// row refused as unreadable or tampered, an I/O error);
+    /// [`ControlError::ActorFailed`] when it failed otherwise.
     pub async fn get_or_spawn(&self, id: &SessionId) -> Result<ActorRef<SessionMsg>, ControlError> {
         let slot = Arc::clone(self.live().entry(id.clone()).or_default());
         let spawned = slot.get_or_try_init(|| self.spawn(id)).await.cloned();
@@ -115,7 +117,18 @@ impl Registry {
             Some(sup) => Actor::spawn_linked(None, SessionActor, args, sup.clone()).await,
             None => Actor::spawn(None, SessionActor, args).await,
         };
-        let (actor, _join) = spawned.map_err(|e| ControlError::ActorFailed(e.to_string()))?;
+        let (actor, _join) = spawned.map_err(|e| match &e {
+            // Rehydration refused a journal row (a tampered transcript,
+            // checkpoint, frame or suspension): say which, as the journal's
+            // own error.
+            ractor::SpawnErr::StartupFailed(inner) => {
+                match inner.downcast_ref::<berth_storage::StorageError>() {
+                    Some(storage) => ControlError::Storage(storage.clone()),
+                    None => ControlError::ActorFailed(e.to_string()),
+                }
+            }
+            _ => ControlError::ActorFailed(e.to_string()),
+        })?;
         self.by_actor
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -18,6 +18,7 @@ use crate::commit_log::{self, CommitLog};
 use crate::error::StorageError;
 use crate::keyring::Keyring;
 use crate::records::{OpenTurn, SessionRecord, TurnCheckpoint};
+use crate::sealed;
 use crate::tables::{
     CHAIN_HEADS, CHECKPOINTS, EVENTS, EXTERNAL_EVENTS, FRAMES, META, OPEN_TURNS, RESUME_CLAIMS,
     SCHEDULES, SESSIONS, SUSPENSIONS, TRANSCRIPTS, WAKEUPS,
@@ -29,15 +30,23 @@ use crate::writer::{self, Request};
 /// unsigned receipts; format 2 chains every session's events and signs
 /// receipts; format 3 has the same tables plus the commit log beside the
 /// file (`journal.log`, see `commit_log`), which holds acknowledged groups
-/// that the redb file may not have yet. A format-1 journal is refused at
-/// open with [`StorageError::Format`]; a format-2 one is stamped 3 when
-/// opened (nothing else changes), so that a berth that knows nothing of the
-/// log refuses it instead of opening the redb file without it.
-pub const JOURNAL_FORMAT: u64 = 3;
+/// that the redb file may not have yet; format 4 also seals every row a
+/// session reloads into a model's context (transcript, checkpoints, frames,
+/// suspensions, open turns; see `sealed.rs`). A format-1 journal is refused
+/// at open with [`StorageError::Format`]; a format-2 or format-3 one has its
+/// rows sealed and is stamped 4 when opened (its rows are trusted as they
+/// are at that moment), so that a berth that knows nothing of the log or of
+/// seals refuses it instead of misreading it.
+pub const JOURNAL_FORMAT: u64 = 4;
 
 /// The format before the commit log, read as is and stamped
 /// [`JOURNAL_FORMAT`] when opened for writing.
 pub(crate) const FORMAT_WITHOUT_LOG: u64 = 2;
+
+/// The format before sealed rows: read as is (`berth verify` says its rows
+/// are not covered), sealed and stamped [`JOURNAL_FORMAT`] when opened for
+/// writing.
+pub(crate) const FORMAT_UNSEALED: u64 = 3;
 
 /// The `meta` key holding the journal format.
 pub(crate) const FORMAT_KEY: &str = "format_version";
@@ -147,16 +156,25 @@ pub(crate) fn decode<T: DeserializeOwned>(
 
 /// Checks (or, for a new journal, records) the journal format inside the
 /// opening transaction.
-fn stamp_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), StorageError> {
+fn stamp_format(
+    txn: &redb::WriteTransaction,
+    path: &Path,
+    keyring: &Keyring,
+) -> Result<(), StorageError> {
     let mut meta = txn.open_table(META)?;
     let found = meta.get(FORMAT_KEY)?.map(|v| v.value());
     match found {
         Some(JOURNAL_FORMAT) => Ok(()),
-        Some(FORMAT_WITHOUT_LOG) => {
-            meta.insert(FORMAT_KEY, JOURNAL_FORMAT)?;
+        Some(older @ (FORMAT_WITHOUT_LOG | FORMAT_UNSEALED)) => {
+            drop(meta);
+            let rows = seal_existing_rows(txn, keyring)?;
+            txn.open_table(META)?.insert(FORMAT_KEY, JOURNAL_FORMAT)?;
             tracing::info!(
                 path = %path.display(),
-                "journal format 2 stamped 3 (from now on it is written through a commit log)"
+                rows,
+                "journal format {older} stamped {JOURNAL_FORMAT}: its transcript, checkpoint, frame, \
+                 suspension and open-turn rows were sealed as they are now (from now on an edit \
+                 of them is detected)"
             );
             Ok(())
         }
@@ -181,6 +199,55 @@ fn stamp_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), Storage
             Ok(())
         }
     }
+}
+
+/// Seals every not yet sealed row of the sealed tables (a journal of an
+/// older format, opened for writing); returns how many.
+fn seal_existing_rows(
+    txn: &redb::WriteTransaction,
+    keyring: &Keyring,
+) -> Result<u64, StorageError> {
+    let unsealed = |row: &[u8]| row.first() != Some(&sealed::SEAL_VERSION);
+    let mut count = 0;
+    for (def, name) in [
+        (TRANSCRIPTS, "transcript_messages"),
+        (CHECKPOINTS, "checkpoints"),
+    ] {
+        let mut table = txn.open_table(def)?;
+        let mut rows: Vec<(String, u64, Vec<u8>)> = Vec::new();
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            if unsealed(v.value()) {
+                let (session, index) = k.value();
+                rows.push((session.to_owned(), index, v.value().to_vec()));
+            }
+        }
+        for (session, index, value) in rows {
+            let row = sealed::seal(keyring, name, &session, index, &value);
+            table.insert((session.as_str(), index), row.as_slice())?;
+            count += 1;
+        }
+    }
+    for (def, name) in [
+        (FRAMES, "frames"),
+        (SUSPENSIONS, "suspensions"),
+        (OPEN_TURNS, "open_turns"),
+    ] {
+        let mut table = txn.open_table(def)?;
+        let mut rows: Vec<(String, Vec<u8>)> = Vec::new();
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            if unsealed(v.value()) {
+                rows.push((k.value().to_owned(), v.value().to_vec()));
+            }
+        }
+        for (session, value) in rows {
+            let row = sealed::seal(keyring, name, &session, sealed::NO_INDEX, &value);
+            table.insert(session.as_str(), row.as_slice())?;
+            count += 1;
+        }
+    }
+    Ok(count)
 }
 
 impl Journal {
@@ -254,7 +321,7 @@ impl Journal {
         for table in [EVENTS, TRANSCRIPTS, CHECKPOINTS] {
             txn.open_table(table).map_err(|e| open_err(e.to_string()))?;
         }
-        stamp_format(&txn, path)?;
+        stamp_format(&txn, path, &keyring)?;
         let log_path = commit_log::path_beside(path);
         {
             // Before the log file is created again below.
@@ -405,6 +472,25 @@ impl Journal {
             .ok_or(StorageError::WriterStopped)
     }
 
+    /// Reads sealed row `key` of `def` (see `sealed.rs`), its seal checked.
+    fn get_sealed<T: DeserializeOwned>(
+        &self,
+        def: TableDefinition<&str, &[u8]>,
+        name: &'static str,
+        key: &str,
+    ) -> Result<Option<T>, StorageError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(def)?;
+        match table.get(key)? {
+            Some(v) => {
+                let value =
+                    sealed::open_row(&self.keyring, name, key, sealed::NO_INDEX, v.value())?;
+                Ok(Some(decode(name, key, value)?))
+            }
+            None => Ok(None),
+        }
+    }
+
     fn get<T: DeserializeOwned>(
         &self,
         def: TableDefinition<&str, &[u8]>,
@@ -540,10 +626,18 @@ impl Journal {
         let mut out = Vec::new();
         for entry in table.range((id.as_str(), 0)..=(id.as_str(), u64::MAX))? {
             let (k, v) = entry?;
+            let index = k.value().1;
+            let value = sealed::open_row(
+                &self.keyring,
+                "transcript_messages",
+                id.as_str(),
+                index,
+                v.value(),
+            )?;
             out.push(decode(
                 "transcript_messages",
-                &format!("{id}/{}", k.value().1),
-                v.value(),
+                &format!("{id}/{index}"),
+                value,
             )?);
         }
         Ok(out)
@@ -577,11 +671,11 @@ impl Journal {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(CHECKPOINTS)?;
         match table.get((id.as_str(), seq))? {
-            Some(v) => Ok(Some(decode(
-                "checkpoints",
-                &format!("{id}/{seq}"),
-                v.value(),
-            )?)),
+            Some(v) => {
+                let value =
+                    sealed::open_row(&self.keyring, "checkpoints", id.as_str(), seq, v.value())?;
+                Ok(Some(decode("checkpoints", &format!("{id}/{seq}"), value)?))
+            }
             None => Ok(None),
         }
     }
@@ -591,7 +685,7 @@ impl Journal {
     /// # Errors
     /// As [`Journal::session`].
     pub fn frame(&self, id: &SessionId) -> Result<Option<Frame>, StorageError> {
-        self.get(FRAMES, "frames", id.as_str())
+        self.get_sealed(FRAMES, "frames", id.as_str())
     }
 
     /// The session's open (unsealed) turn, if any.
@@ -599,7 +693,7 @@ impl Journal {
     /// # Errors
     /// As [`Journal::session`].
     pub fn open_turn(&self, id: &SessionId) -> Result<Option<OpenTurn>, StorageError> {
-        self.get(OPEN_TURNS, "open_turns", id.as_str())
+        self.get_sealed(OPEN_TURNS, "open_turns", id.as_str())
     }
 
     /// Every open turn of every session (the turns to seal after a crash).
@@ -612,7 +706,14 @@ impl Journal {
         let mut out = Vec::new();
         for entry in table.iter()? {
             let (k, v) = entry?;
-            out.push(decode("open_turns", k.value(), v.value())?);
+            let value = sealed::open_row(
+                &self.keyring,
+                "open_turns",
+                k.value(),
+                sealed::NO_INDEX,
+                v.value(),
+            )?;
+            out.push(decode("open_turns", k.value(), value)?);
         }
         Ok(out)
     }
@@ -622,7 +723,7 @@ impl Journal {
     /// # Errors
     /// As [`Journal::session`].
     pub fn suspension(&self, id: &SessionId) -> Result<Option<Suspension>, StorageError> {
-        self.get(SUSPENSIONS, "suspensions", id.as_str())
+        self.get_sealed(SUSPENSIONS, "suspensions", id.as_str())
     }
 
     /// Every stored suspension, in session id order (the parked sessions to
@@ -636,7 +737,14 @@ impl Journal {
         let mut out = Vec::new();
         for entry in table.iter()? {
             let (k, v) = entry?;
-            out.push(decode("suspensions", k.value(), v.value())?);
+            let value = sealed::open_row(
+                &self.keyring,
+                "suspensions",
+                k.value(),
+                sealed::NO_INDEX,
+                v.value(),
+            )?;
+            out.push(decode("suspensions", k.value(), value)?);
         }
         Ok(out)
     }

@@ -553,6 +553,43 @@ impl Keyring {
             })
     }
 
+    /// HMAC-SHA256 over the concatenation of `parts` under the active key:
+    /// its id and the 32-byte tag (the sealed rows, `sealed.rs`).
+    pub(crate) fn mac_parts(&self, parts: &[&[u8]]) -> (&str, [u8; 32]) {
+        let key = self
+            .keys
+            .last()
+            .unwrap_or_else(|| unreachable!("a keyring has a key"));
+        let mut mac = key.keyed.clone();
+        for part in parts {
+            mac.update(part);
+        }
+        (key.id.as_str(), mac.finalize().into_bytes().into())
+    }
+
+    /// Checks `tag` over the concatenation of `parts` under key `key_id`
+    /// (constant-time comparison).
+    ///
+    /// # Errors
+    /// [`SignatureError::UnknownKey`] or [`SignatureError::Mismatch`].
+    pub(crate) fn verify_parts(
+        &self,
+        key_id: &str,
+        parts: &[&[u8]],
+        tag: &[u8],
+    ) -> Result<(), SignatureError> {
+        let key = self.key(key_id).ok_or_else(|| SignatureError::UnknownKey {
+            key_id: key_id.to_owned(),
+        })?;
+        let mut mac = key.keyed.clone();
+        for part in parts {
+            mac.update(part);
+        }
+        mac.verify_slice(tag).map_err(|_| SignatureError::Mismatch {
+            key_id: key_id.to_owned(),
+        })
+    }
+
     /// Signs `receipt` under the active key.
     pub fn sign<T: Receipt>(&self, receipt: T) -> Signed<T> {
         let signature = self.sign_bytes(&receipt.signing_bytes());

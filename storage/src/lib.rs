@@ -22,8 +22,10 @@
 //! Integrity (DESIGN.md, "The journal"): receipts are signed with the
 //! [`Keyring`] (HMAC-SHA256, key id beside every MAC, keys persisted in the
 //! data dir or given in `BERTH_RECEIPT_KEYS`), each session's event log is a
-//! hash chain anchored by a signed chain head, and [`verify::verify_journal`]
-//! (`berth verify`) checks both, read-only.
+//! hash chain anchored by a signed chain head, the rows a session reloads
+//! into a model's context (transcript, checkpoints, frames, suspensions, open
+//! turns) are sealed with a MAC that every read checks (`sealed.rs`), and
+//! [`verify::verify_journal`] (`berth verify`) checks all three, read-only.
 //!
 //! Crash guarantee: a batch whose `commit` returned `Ok` survives SIGKILL of the
 //! process (tested in `tests/kill_writer.rs`); a batch that did not return is
@@ -39,6 +41,7 @@ mod journal;
 pub mod keyring;
 pub mod readonly;
 mod records;
+mod sealed;
 mod tables;
 pub mod verify;
 mod writer;

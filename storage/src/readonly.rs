@@ -16,7 +16,7 @@ use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase};
 use crate::chain;
 use crate::commit_log;
 use crate::error::StorageError;
-use crate::journal::{FORMAT_KEY, FORMAT_WITHOUT_LOG, JOURNAL_FORMAT};
+use crate::journal::{FORMAT_KEY, FORMAT_UNSEALED, FORMAT_WITHOUT_LOG, JOURNAL_FORMAT};
 use crate::keyring::Keyring;
 use crate::records::SessionRecord;
 use crate::tables::{EVENTS, META, SESSIONS};
@@ -127,7 +127,10 @@ impl Opened {
     ) -> Result<u64, StorageError> {
         let meta = txn.open_table(META)?;
         let format = meta.get(FORMAT_KEY)?.map(|v| v.value());
-        if !matches!(format, Some(JOURNAL_FORMAT | FORMAT_WITHOUT_LOG)) {
+        if !matches!(
+            format,
+            Some(JOURNAL_FORMAT | FORMAT_UNSEALED | FORMAT_WITHOUT_LOG)
+        ) {
             return Err(StorageError::Format {
                 path: path.display().to_string(),
                 found: format,

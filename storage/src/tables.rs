@@ -1,4 +1,6 @@
-//! Table definitions. Values are JSON bytes of the record types.
+//! Table definitions. Values are JSON bytes of the record types; those of
+//! `frames`, `transcript_messages`, `open_turns`, `checkpoints` and
+//! `suspensions` are sealed (a MAC header before the JSON, see `sealed.rs`).
 
 use redb::TableDefinition;
 

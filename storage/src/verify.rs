@@ -16,7 +16,10 @@
 //!
 //! and at the end that the signed chain head names the last event and its
 //! hash (`head`: the tail was dropped, or the log was re-hashed without the
-//! key). The first failure is the session's verdict `tampered`, with its seq
+//! key). Then (format 4 on) that every row of the session the actor reloads
+//! into a model's context — transcript, checkpoints, frame, suspension, open
+//! turn — matches its seal (`seal`, naming the row; see `sealed.rs`). The
+//! first failure is the session's verdict `tampered`, with its seq (or row)
 //! and what failed; later events are not examined.
 //!
 //! The file is opened read-only (see [`crate::readonly`]): a journal left by
@@ -24,6 +27,7 @@
 //! dir is still not touched. A journal a running berth holds is refused:
 //! stop the server first.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use berth_runtime::event::{EventRecord, SessionEvent};
@@ -34,7 +38,10 @@ use crate::chain::{self, ChainHead};
 use crate::error::StorageError;
 use crate::keyring::Keyring;
 use crate::readonly::Opened;
-use crate::tables::{CHAIN_HEADS, EVENTS, SESSIONS};
+use crate::sealed;
+use crate::tables::{
+    CHAIN_HEADS, CHECKPOINTS, EVENTS, FRAMES, OPEN_TURNS, SESSIONS, SUSPENSIONS, TRANSCRIPTS,
+};
 
 /// Which check an event failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -55,17 +62,38 @@ pub enum Check {
     Signature,
     /// The chain head is missing, forged, or does not name the last event.
     Head,
+    /// A transcript, checkpoint, frame, suspension or open-turn row does
+    /// not match its seal (edited, moved, or written outside berth); the
+    /// finding's `row` names it.
+    Seal,
 }
 
 /// The first bad event of a session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
-    /// The event id (seq) at which the check failed.
+    /// The event id (seq) at which the check failed; for a [`Check::Seal`]
+    /// finding, the session's last event (the rows are checked after the
+    /// whole chain).
     pub seq: u64,
+    /// For a [`Check::Seal`] finding, the row: `table/session` or
+    /// `table/session/index` (`transcript_messages/sess_…/3`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub row: Option<String>,
     /// Which check.
     pub check: Check,
     /// What exactly.
     pub message: String,
+}
+
+impl Finding {
+    /// Where it is, for the operator: `event 14`, or for a [`Check::Seal`]
+    /// finding `row transcript_messages/sess_…/3`.
+    pub fn location(&self) -> String {
+        match &self.row {
+            Some(row) => format!("row {row}"),
+            None => format!("event {}", self.seq),
+        }
+    }
 }
 
 /// A session's verdict.
@@ -102,8 +130,13 @@ pub struct VerifyReport {
     /// The journal file.
     pub journal: String,
     /// Its format, as recorded in it (2: written before the commit log and
-    /// not opened since; 3: see `JOURNAL_FORMAT`).
+    /// not opened since; 3: before sealed rows, not opened since; 4: see
+    /// `JOURNAL_FORMAT`).
     pub format: u64,
+    /// Whether the rows a session reloads into a model's context were
+    /// checked against their seals (format 4); a format-2 or 3 journal's
+    /// rows are not covered until a berth opens it (which seals them).
+    pub rows_covered: bool,
     /// The key ids verification used.
     pub keys: Vec<String>,
     /// Whether the file needed crash repair, done in a temporary copy.
@@ -166,6 +199,12 @@ fn verify_journal_unguarded(path: &Path, keyring: &Keyring) -> Result<VerifyRepo
     let opened = Opened::open(path, "verify", Some(keyring))?;
     let txn = opened.begin_read()?;
     let format = Opened::check_format(&txn, path, FORMAT_HINT)?;
+    let rows_covered = format >= SEALED_FROM;
+    let mut rows = if rows_covered {
+        check_rows(&txn, keyring, None)?
+    } else {
+        HashMap::new()
+    };
     let events = txn.open_table(EVENTS)?;
     let heads = txn.open_table(CHAIN_HEADS)?;
     let sessions = txn.open_table(SESSIONS)?;
@@ -176,7 +215,8 @@ fn verify_journal_unguarded(path: &Path, keyring: &Keyring) -> Result<VerifyRepo
         let (session, seq) = key.value();
         if current.as_ref().is_none_or(|c| c.session != session) {
             if let Some(done) = current.take() {
-                reports.push(done.finish(&heads, keyring)?);
+                let bad_row = rows.remove(&done.session);
+                reports.push(done.finish(&heads, keyring, bad_row)?);
             }
             current = Some(SessionCheck::new(session));
         }
@@ -185,7 +225,8 @@ fn verify_journal_unguarded(path: &Path, keyring: &Keyring) -> Result<VerifyRepo
         }
     }
     if let Some(done) = current.take() {
-        reports.push(done.finish(&heads, keyring)?);
+        let bad_row = rows.remove(&done.session);
+        reports.push(done.finish(&heads, keyring, bad_row)?);
     }
     // Sessions with a head but no event left (every event dropped), and
     // sessions with neither (created, nothing journaled yet).
@@ -196,13 +237,16 @@ fn verify_journal_unguarded(path: &Path, keyring: &Keyring) -> Result<VerifyRepo
     for entry in sessions.iter()? {
         others.push(entry?.0.value().to_owned());
     }
+    // And sessions with nothing but a bad row.
+    others.extend(rows.keys().cloned());
     others.sort();
     others.dedup();
     for session in others {
         if reports.iter().any(|r| r.session_id == session) {
             continue;
         }
-        reports.push(SessionCheck::new(&session).finish(&heads, keyring)?);
+        let bad_row = rows.remove(&session);
+        reports.push(SessionCheck::new(&session).finish(&heads, keyring, bad_row)?);
     }
     reports.sort_by(|a, b| a.session_id.cmp(&b.session_id));
     let tampered = reports
@@ -212,6 +256,7 @@ fn verify_journal_unguarded(path: &Path, keyring: &Keyring) -> Result<VerifyRepo
     Ok(VerifyReport {
         journal: path.display().to_string(),
         format,
+        rows_covered,
         keys: keyring.keys().into_iter().map(|k| k.id).collect(),
         repaired_copy: opened.repaired(),
         ok: reports.len() - tampered,
@@ -244,7 +289,12 @@ fn verify_session_unguarded(
 ) -> Result<SessionReport, StorageError> {
     let opened = Opened::open(path, "verify", Some(keyring))?;
     let txn = opened.begin_read()?;
-    Opened::check_format(&txn, path, FORMAT_HINT)?;
+    let format = Opened::check_format(&txn, path, FORMAT_HINT)?;
+    let bad_row = if format >= SEALED_FROM {
+        check_rows(&txn, keyring, Some(session))?.remove(session)
+    } else {
+        None
+    };
     let events = txn.open_table(EVENTS)?;
     let heads = txn.open_table(CHAIN_HEADS)?;
     let mut check = SessionCheck::new(session);
@@ -252,7 +302,68 @@ fn verify_session_unguarded(
         let (key, value) = entry?;
         check.event(key.value().1, value.value(), keyring);
     }
-    check.finish(&heads, keyring)
+    check.finish(&heads, keyring, bad_row)
+}
+
+/// The first journal format whose context rows are sealed.
+const SEALED_FROM: u64 = 4;
+
+/// The first row failing its seal per session (`only`: that session's rows
+/// alone), in table order transcript, checkpoints, frame, suspension, open
+/// turn, then key order.
+fn check_rows(
+    txn: &redb::ReadTransaction,
+    keyring: &Keyring,
+    only: Option<&str>,
+) -> Result<HashMap<String, Finding>, StorageError> {
+    let mut found: HashMap<String, Finding> = HashMap::new();
+    let mut note = |table: &str, session: &str, index: u64, row: &[u8]| {
+        if found.contains_key(session) {
+            return;
+        }
+        if let Err(message) = sealed::open(keyring, table, session, index, row) {
+            found.insert(
+                session.to_owned(),
+                Finding {
+                    seq: 0,
+                    row: Some(format!("{table}/{}", sealed::row_key(session, index))),
+                    check: Check::Seal,
+                    message,
+                },
+            );
+        }
+    };
+    for (def, name) in [
+        (TRANSCRIPTS, "transcript_messages"),
+        (CHECKPOINTS, "checkpoints"),
+    ] {
+        let table = txn.open_table(def)?;
+        let range = match only {
+            Some(s) => table.range((s, 0)..=(s, u64::MAX))?,
+            None => table.iter()?,
+        };
+        for entry in range {
+            let (k, v) = entry?;
+            let (session, index) = k.value();
+            note(name, session, index, v.value());
+        }
+    }
+    for (def, name) in [
+        (FRAMES, "frames"),
+        (SUSPENSIONS, "suspensions"),
+        (OPEN_TURNS, "open_turns"),
+    ] {
+        let table = txn.open_table(def)?;
+        let range = match only {
+            Some(s) => table.range(s..=s)?,
+            None => table.iter()?,
+        };
+        for entry in range {
+            let (k, v) = entry?;
+            note(name, k.value(), sealed::NO_INDEX, v.value());
+        }
+    }
+    Ok(found)
 }
 
 /// The running check of one session's log.
@@ -281,6 +392,7 @@ impl SessionCheck {
     fn fail(&mut self, seq: u64, check: Check, message: String) {
         self.bad = Some(Finding {
             seq,
+            row: None,
             check,
             message,
         });
@@ -363,6 +475,7 @@ impl SessionCheck {
         mut self,
         heads: &redb::ReadOnlyTable<&str, &[u8]>,
         keyring: &Keyring,
+        bad_row: Option<Finding>,
     ) -> Result<SessionReport, StorageError> {
         if self.bad.is_none() {
             let stored = heads.get(self.session.as_str())?;
@@ -382,6 +495,12 @@ impl SessionCheck {
                     Ok(head) => self.head(&head, keyring),
                 },
             }
+        }
+        if self.bad.is_none() {
+            self.bad = bad_row.map(|bad| Finding {
+                seq: self.last,
+                ..bad
+            });
         }
         Ok(SessionReport {
             session_id: self.session,

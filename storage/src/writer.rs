@@ -31,6 +31,7 @@ use crate::error::StorageError;
 use crate::journal::decode;
 use crate::keyring::Keyring;
 use crate::records::OpenTurn;
+use crate::sealed;
 use crate::tables::{
     CHAIN_HEADS, CHECKPOINTS, EVENTS, EXTERNAL_EVENTS, FRAMES, META, OPEN_TURNS, RESUME_CLAIMS,
     SCHEDULES, SESSIONS, SUSPENSIONS, TRANSCRIPTS, WAKEUPS,
@@ -505,8 +506,26 @@ fn fence_holds(
     let Some(open) = open_turns.get(session)? else {
         return Ok(false);
     };
-    let open: OpenTurn = decode("open_turns", session, open.value())?;
+    let open: OpenTurn = decode(
+        "open_turns",
+        session,
+        strip("open_turns", session, open.value())?,
+    )?;
     Ok(open.turn_id.as_str() == turn)
+}
+
+/// The value of a sealed row, its seal not checked (a precondition decides
+/// nothing a model sees); an unsealed row (a format-3 journal's, in a
+/// read-only copy) is taken as it is.
+fn strip<'r>(table: &'static str, session: &str, row: &'r [u8]) -> Result<&'r [u8], StorageError> {
+    if row.first() != Some(&sealed::SEAL_VERSION) {
+        return Ok(row);
+    }
+    sealed::strip(row).map_err(|message| StorageError::Corrupt {
+        table,
+        key: session.to_owned(),
+        message,
+    })
 }
 
 /// The claim already stored on the handle a batch wants to claim, if any. Reads
@@ -536,7 +555,11 @@ fn suspension_holds(
     let Some(stored) = suspensions.get(session)? else {
         return Ok(false);
     };
-    let stored: Handle = decode("suspensions", session, stored.value())?;
+    let stored: Handle = decode(
+        "suspensions",
+        session,
+        strip("suspensions", session, stored.value())?,
+    )?;
     Ok(stored.handle == handle)
 }
 
@@ -609,6 +632,8 @@ pub(crate) fn apply_all<'g>(
     // Last event id and hash per session, as of this transaction.
     let mut tips: HashMap<&str, (u64, [u8; 32])> = HashMap::new();
     let mut out = Vec::with_capacity(batches.len());
+    // One buffer for every sealed row of the group.
+    let mut row = Vec::new();
     for &batch in batches {
         if let Some(refused) = refusal(batch, &open_turns, &resume_claims, &suspensions)? {
             out.push(Err(refused));
@@ -638,22 +663,26 @@ pub(crate) fn apply_all<'g>(
                     ids.push(next);
                 }
                 Op::PutFrame { id, value } => {
-                    frames.insert(id.as_str(), value.as_slice())?;
+                    sealed::seal_into(&mut row, keyring, "frames", id, sealed::NO_INDEX, value);
+                    frames.insert(id.as_str(), row.as_slice())?;
                 }
                 Op::DeleteFrame { id } => {
                     frames.remove(id.as_str())?;
                 }
                 Op::PutTranscriptMessage { id, index, value } => {
-                    transcripts.insert((id.as_str(), *index), value.as_slice())?;
+                    sealed::seal_into(&mut row, keyring, "transcript_messages", id, *index, value);
+                    transcripts.insert((id.as_str(), *index), row.as_slice())?;
                 }
                 Op::OpenTurn { id, value, .. } => {
-                    open_turns.insert(id.as_str(), value.as_slice())?;
+                    sealed::seal_into(&mut row, keyring, "open_turns", id, sealed::NO_INDEX, value);
+                    open_turns.insert(id.as_str(), row.as_slice())?;
                 }
                 Op::CloseTurn { id } => {
                     open_turns.remove(id.as_str())?;
                 }
                 Op::PutCheckpoint { id, seq, value } => {
-                    checkpoints.insert((id.as_str(), *seq), value.as_slice())?;
+                    sealed::seal_into(&mut row, keyring, "checkpoints", id, *seq, value);
+                    checkpoints.insert((id.as_str(), *seq), row.as_slice())?;
                 }
                 Op::DeleteCheckpointsFrom { id, seq } => {
                     checkpoints
@@ -664,7 +693,15 @@ pub(crate) fn apply_all<'g>(
                         .retain_in((id.as_str(), *from)..=(id.as_str(), u64::MAX), |_, _| false)?;
                 }
                 Op::PutSuspension { id, value } => {
-                    suspensions.insert(id.as_str(), value.as_slice())?;
+                    sealed::seal_into(
+                        &mut row,
+                        keyring,
+                        "suspensions",
+                        id,
+                        sealed::NO_INDEX,
+                        value,
+                    );
+                    suspensions.insert(id.as_str(), row.as_slice())?;
                 }
                 Op::PutWakeup { id, value } => {
                     wakeups.insert(id.as_str(), value.as_slice())?;

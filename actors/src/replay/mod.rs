@@ -172,7 +172,7 @@ pub enum ReplayError {
         session_id: String,
     },
     /// `--verify`: the session's log fails its integrity check.
-    #[error("session {session_id} is tampered at event {} ({:?}): {}; replay refused", finding.seq, finding.check, finding.message)]
+    #[error("session {session_id} is tampered at {} ({:?}): {}; replay refused", finding.location(), finding.check, finding.message)]
     Tampered {
         /// The session.
         session_id: String,
