@@ -61,6 +61,8 @@ impl Client {
 #[tokio::test]
 async fn a_client_that_loads_and_never_reads_is_disconnected_and_its_queue_freed() {
     let dir = tempfile::tempdir().unwrap();
+    // Sessions work outside the data dir (their roots may not contain it).
+    let work = tempfile::tempdir().unwrap();
     let model = berth_runtime::model::from_spec("scripted").unwrap();
     let node = Node::start(NodeConfig::new(dir.path().join("data"), model))
         .await
@@ -89,7 +91,7 @@ async fn a_client_that_loads_and_never_reads_is_disconnected_and_its_queue_freed
         .call(
             1,
             "session/new",
-            json!({"cwd": dir.path(), "mcpServers": []}),
+            json!({"cwd": work.path(), "mcpServers": []}),
         )
         .await;
     let sid = new["result"]["sessionId"].as_str().unwrap().to_owned();
@@ -110,7 +112,7 @@ async fn a_client_that_loads_and_never_reads_is_disconnected_and_its_queue_freed
     idle.send(
         1,
         "session/load",
-        json!({"sessionId": sid, "cwd": dir.path(), "mcpServers": []}),
+        json!({"sessionId": sid, "cwd": work.path(), "mcpServers": []}),
     )
     .await;
     // Its replay is queued, then freed once a write passes the deadline
@@ -158,6 +160,8 @@ async fn a_client_that_loads_and_never_reads_is_disconnected_and_its_queue_freed
 #[tokio::test]
 async fn a_paused_stdio_parent_gets_a_replay_larger_than_the_bound_when_it_reads() {
     let dir = tempfile::tempdir().unwrap();
+    // Sessions work outside the data dir (their roots may not contain it).
+    let work = tempfile::tempdir().unwrap();
     let model = berth_runtime::model::from_spec("scripted").unwrap();
     let node = Node::start(NodeConfig::new(dir.path().join("data"), model))
         .await
@@ -173,7 +177,7 @@ async fn a_paused_stdio_parent_gets_a_replay_larger_than_the_bound_when_it_reads
         .call(
             1,
             "session/new",
-            json!({"cwd": dir.path(), "mcpServers": []}),
+            json!({"cwd": work.path(), "mcpServers": []}),
         )
         .await;
     let sid = new["result"]["sessionId"].as_str().unwrap().to_owned();
@@ -210,7 +214,7 @@ async fn a_paused_stdio_parent_gets_a_replay_larger_than_the_bound_when_it_reads
     ));
     let (parent_read, mut parent_write) = tokio::io::split(parent);
     let load = json!({"jsonrpc": "2.0", "id": 1, "method": "session/load",
-        "params": {"sessionId": sid, "cwd": dir.path(), "mcpServers": []}});
+        "params": {"sessionId": sid, "cwd": work.path(), "mcpServers": []}});
     parent_write
         .write_all(format!("{load}\n").as_bytes())
         .await

@@ -286,6 +286,8 @@ async fn a_client_that_stops_reading_is_closed_and_its_queue_freed() {
 #[tokio::test]
 async fn a_replay_larger_than_the_outbound_bound_loads_for_a_reading_client() {
     let dir = tempfile::tempdir().unwrap();
+    // Sessions work outside the data dir (their roots may not contain it).
+    let work = tempfile::tempdir().unwrap();
     let server = start(dir.path(), |o| {
         o.max_outbound_bytes = 1024 * 1024;
         o.send_timeout = Duration::from_millis(500);
@@ -298,7 +300,7 @@ async fn a_replay_larger_than_the_outbound_bound_loads_for_a_reading_client() {
         &mut writer,
         1,
         "session/new",
-        json!({"cwd": dir.path(), "mcpServers": []}),
+        json!({"cwd": work.path(), "mcpServers": []}),
     )
     .await;
     let sid = new["result"]["sessionId"].as_str().unwrap().to_owned();
@@ -323,7 +325,7 @@ async fn a_replay_larger_than_the_outbound_bound_loads_for_a_reading_client() {
     // answer, on an open connection.
     let mut reader = connect(&server.addr, None).await;
     let load = json!({"jsonrpc": "2.0", "id": 1, "method": "session/load",
-        "params": {"sessionId": sid, "cwd": dir.path(), "mcpServers": []}});
+        "params": {"sessionId": sid, "cwd": work.path(), "mcpServers": []}});
     reader
         .write_all(&text(load.to_string().as_bytes()))
         .await
