@@ -316,6 +316,12 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Not dumpable: processes of berth's own user (every tool process runs
+    // as it) cannot read /proc/<berth>/environ or mem, nor ptrace berth or a
+    // supervisor forked from it; no core dump carries berth's secrets. A
+    // child that execs is dumpable again, so tools are unaffected.
+    nix::sys::prctl::set_dumpable(false)
+        .context("cannot make berth undumpable (prctl PR_SET_DUMPABLE)")?;
     let file = match &args.config {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
