@@ -100,3 +100,69 @@ fn a_tool_process_cannot_read_berths_environment() {
         "both environ reads are refused:\n{stdout}\n{stderr}"
     );
 }
+
+/// A control-socket client: sends `initialize` on the socket at argv[1] and
+/// prints the first line it gets back (empty when the socket is closed;
+/// berth may answer a refused connection before the request is written).
+const SOCKET_CLIENT: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+try:
+    s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n')
+except BrokenPipeError:
+    pass  # refused and closed before the request: the answer is still there
+print("reply:" + s.makefile().readline().strip())
+"#;
+
+/// The first line the control socket at `path` answers an `initialize` with.
+fn initialize_over(path: &Path) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(path).expect("connect");
+    stream
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1}}\n")
+        .expect("write");
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).expect("read");
+    line
+}
+
+/// A process inside a tool call's tree is refused on the control socket
+/// (it would act as the host owner over every session); a process outside
+/// any tool tree is served.
+#[test]
+fn the_control_socket_refuses_tool_processes() {
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() {
+        eprintln!("skipped: no /usr/bin/python3 for the socket client");
+        return;
+    }
+    let (dir, data, cwd, _) = workspace("");
+    let client = dir.path().join("client.py");
+    std::fs::write(&client, SOCKET_CLIENT).expect("write the client");
+    let socket = data.join("berth.sock");
+    let script = dir.path().join("shell.toml");
+    std::fs::write(
+        &script,
+        shell_script(&format!(
+            "{} {} {}",
+            python.display(),
+            client.display(),
+            socket.display()
+        )),
+    )
+    .expect("write the script");
+    let mut server = StdioServer::start(serve_command(&data, &script));
+    let outside = initialize_over(&socket);
+    assert!(outside.contains("\"result\""), "{outside}");
+    let (stdout, stderr) = run_shell(&mut server, &cwd);
+    assert!(stdout.starts_with("reply:"), "{stdout}\n{stderr}");
+    assert!(
+        !stdout.contains("\"result\""),
+        "a tool process was served:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("\"error\"") && stdout.contains("tool process"),
+        "the refusal says why:\n{stdout}"
+    );
+}

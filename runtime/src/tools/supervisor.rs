@@ -21,12 +21,68 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::sync::Mutex;
 
 use nix::fcntl::OFlag;
 use nix::libc;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
+
+/// The supervisors this process started, by pid → start time (`/proc/<pid>/stat`
+/// field 22, so a reused pid is not mistaken for one), for
+/// [`is_in_tool_tree`]. Entries whose process is gone are pruned as new ones
+/// are added.
+static LIVE: Mutex<Vec<(i32, u64)>> = Mutex::new(Vec::new());
+
+/// `/proc/<pid>/stat`'s start time (field 22, clock ticks since boot).
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn register(pid: i32) {
+    let Some(started) = start_time(pid) else {
+        return;
+    };
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    live.retain(|&(p, s)| is_running(p) && start_time(p) == Some(s));
+    live.push((pid, started));
+}
+
+/// Whether `pid` is a live supervisor this process started or descends from
+/// one: a process a tool call started (an orphan too — the supervisor is a
+/// subreaper, so it stays the orphan's ancestor). Walks the parent chain in
+/// `/proc`; a process that is gone counts as outside.
+pub fn is_in_tool_tree(pid: i32) -> bool {
+    let live: Vec<(i32, u64)> = LIVE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if live.is_empty() {
+        return false;
+    }
+    let own = std::process::id() as i32;
+    let mut current = pid;
+    // Bounded: a parent chain is far shorter than this.
+    for _ in 0..4096 {
+        if current <= 1 || current == own {
+            return false;
+        }
+        if live
+            .iter()
+            .any(|&(p, s)| p == current && start_time(p) == Some(s))
+        {
+            return true;
+        }
+        let Some((_, parent)) = std::fs::read_to_string(format!("/proc/{current}/stat"))
+            .ok()
+            .and_then(|s| state_and_parent(&s))
+        else {
+            return false;
+        };
+        current = parent;
+    }
+    false
+}
 
 /// A supervised command.
 #[derive(Debug)]
@@ -67,6 +123,7 @@ pub fn spawn(command: &mut tokio::process::Command) -> io::Result<Supervised> {
         .id()
         .and_then(|p| i32::try_from(p).ok())
         .ok_or_else(|| io::Error::other("the supervisor has no pid"))?;
+    register(pid);
     let status = tokio::net::unix::pipe::Receiver::from_owned_fd(read)?;
     Ok(Supervised { pid, child, status })
 }
