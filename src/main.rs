@@ -354,6 +354,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             berth_runtime::directives::ObjectiveJudge,
         ));
     }
+    // Tool processes run as berth's user: Landlock keeps them out of the
+    // data dir (journal, receipt keys, control socket file) where the kernel
+    // has it.
+    if !berth_runtime::tools::supervisor::confine_from(std::slice::from_ref(&settings.data_dir)) {
+        tracing::warn!(
+            data_dir = %settings.data_dir.display(),
+            "this kernel has no Landlock: tool processes are not confined from the data dir"
+        );
+    }
     let node = Node::start(node_config).await.with_context(|| {
         format!(
             "cannot start berth on data dir {}",

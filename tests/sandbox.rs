@@ -166,3 +166,57 @@ fn the_control_socket_refuses_tool_processes() {
         "the refusal says why:\n{stdout}"
     );
 }
+
+/// Whether this kernel enforces Landlock (its ABI version query answers).
+fn landlock_available() -> bool {
+    use nix::libc;
+    // SAFETY: the version query (flag 1) reads no memory.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    abi >= 1
+}
+
+/// A tool process cannot read the data dir (the receipt keys, the journal),
+/// while the session's cwd and the rest of the system stay reachable.
+#[test]
+fn a_tool_process_cannot_reach_the_data_dir() {
+    if !landlock_available() {
+        eprintln!("skipped: this kernel does not enforce Landlock");
+        return;
+    }
+    let (dir, data, cwd, _) = workspace("");
+    std::fs::write(cwd.join("file"), "in-the-cwd\n").expect("write a cwd file");
+    let keys = data.join("receipt-keys.json");
+    let script = dir.path().join("shell.toml");
+    std::fs::write(
+        &script,
+        shell_script(&format!(
+            "cat {}; echo keys=$?; ls {} ; echo list=$?; cat file; /usr/bin/env >/dev/null && echo env-ok",
+            keys.display(),
+            data.display()
+        )),
+    )
+    .expect("write the script");
+    let mut command = serve_command(&data, &script);
+    command.env_remove("BERTH_RECEIPT_KEYS");
+    let mut server = StdioServer::start(command);
+    assert!(keys.exists(), "berth wrote its key file");
+    let (stdout, stderr) = run_shell(&mut server, &cwd);
+    assert!(
+        stdout.contains("keys=1"),
+        "the key file was read:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        !stdout.contains("list=0"),
+        "the data dir was listed:\n{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+    assert!(stdout.contains("in-the-cwd"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("env-ok"), "{stdout}\n{stderr}");
+}
