@@ -316,6 +316,12 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Not dumpable: processes of berth's own user (every tool process runs
+    // as it) cannot read /proc/<berth>/environ or mem, nor ptrace berth or a
+    // supervisor forked from it; no core dump carries berth's secrets. A
+    // child that execs is dumpable again, so tools are unaffected.
+    nix::sys::prctl::set_dumpable(false)
+        .context("cannot make berth undumpable (prctl PR_SET_DUMPABLE)")?;
     let file = match &args.config {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
@@ -347,6 +353,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         node_config.completion_judge = Some(std::sync::Arc::new(
             berth_runtime::directives::ObjectiveJudge,
         ));
+    }
+    // Tool processes run as berth's user: Landlock keeps them out of the
+    // data dir (journal, receipt keys, control socket file) where the kernel
+    // has it.
+    if !berth_runtime::tools::supervisor::confine_from(std::slice::from_ref(&settings.data_dir)) {
+        tracing::warn!(
+            data_dir = %settings.data_dir.display(),
+            "this kernel has no Landlock: tool processes are not confined from the data dir"
+        );
     }
     let node = Node::start(node_config).await.with_context(|| {
         format!(

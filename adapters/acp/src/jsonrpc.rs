@@ -17,7 +17,7 @@
 //! | -32008 | an injected message cannot be revoked/replaced | `{messageId, reason: "already_delivered" \| "already_revoked" \| "unknown_message_id"}` |
 //! | -32009 | a resume found nothing to claim | `{sessionId, handle, reason: "already_resumed" (with `claim: {kind, cause, actor, claimedAt}`) \| "not_suspended"}` |
 //! | -32010 | the session is suspended (prompt, rollback) | `{sessionId, handle, reason: "session_suspended"}` |
-//! | -32011 | the connection's role does not allow the method (`methods::authorize`) | `{reason: "role_not_authorized", method, actor, role, requiredRole, sessionId?, detail?}` |
+//! | -32011 | the connection's role does not allow the method (`methods::authorize`) | `{reason: "role_not_authorized", method, actor, role, requiredRole, sessionId?, detail?}`; a control-socket connection from a tool process: `{reason: "tool_process"}` (id null), then closed |
 //! | -32012 | a parked turn cannot continue under today's history/configuration | `{sessionId, handle, reason: "resume_refused", refusal: "history_changed" \| "configuration_changed" \| "frame_version" \| "completion_owner_missing"}` |
 
 use berth_actors::error::ResumeConflict;

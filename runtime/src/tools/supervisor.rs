@@ -21,12 +21,68 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::sync::Mutex;
 
 use nix::fcntl::OFlag;
 use nix::libc;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
+
+/// The supervisors this process started, by pid → start time (`/proc/<pid>/stat`
+/// field 22, so a reused pid is not mistaken for one), for
+/// [`is_in_tool_tree`]. Entries whose process is gone are pruned as new ones
+/// are added.
+static LIVE: Mutex<Vec<(i32, u64)>> = Mutex::new(Vec::new());
+
+/// `/proc/<pid>/stat`'s start time (field 22, clock ticks since boot).
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn register(pid: i32) {
+    let Some(started) = start_time(pid) else {
+        return;
+    };
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    live.retain(|&(p, s)| is_running(p) && start_time(p) == Some(s));
+    live.push((pid, started));
+}
+
+/// Whether `pid` is a live supervisor this process started or descends from
+/// one: a process a tool call started (an orphan too — the supervisor is a
+/// subreaper, so it stays the orphan's ancestor). Walks the parent chain in
+/// `/proc`; a process that is gone counts as outside.
+pub fn is_in_tool_tree(pid: i32) -> bool {
+    let live: Vec<(i32, u64)> = LIVE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if live.is_empty() {
+        return false;
+    }
+    let own = std::process::id() as i32;
+    let mut current = pid;
+    // Bounded: a parent chain is far shorter than this.
+    for _ in 0..4096 {
+        if current <= 1 || current == own {
+            return false;
+        }
+        if live
+            .iter()
+            .any(|&(p, s)| p == current && start_time(p) == Some(s))
+        {
+            return true;
+        }
+        let Some((_, parent)) = std::fs::read_to_string(format!("/proc/{current}/stat"))
+            .ok()
+            .and_then(|s| state_and_parent(&s))
+        else {
+            return false;
+        };
+        current = parent;
+    }
+    false
+}
 
 /// A supervised command.
 #[derive(Debug)]
@@ -56,19 +112,117 @@ impl Supervised {
 pub fn spawn(command: &mut tokio::process::Command) -> io::Result<Supervised> {
     let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
     let status_fd = write.as_raw_fd();
+    // Built here, per spawn (entries created since the last one are
+    // covered); only applied in the child. Close-on-exec; the supervisor
+    // closes it with every other fd.
+    let ruleset = confinement();
+    let ruleset_fd = ruleset.as_ref().map_or(-1, AsRawFd::as_raw_fd);
     // SAFETY: the closure makes only async-signal-safe calls (see
     // `supervise`), as code between fork and exec must.
     unsafe {
-        command.pre_exec(move || become_supervisor(status_fd));
+        command.pre_exec(move || {
+            if ruleset_fd >= 0 {
+                restrict_self(ruleset_fd)?;
+            }
+            become_supervisor(status_fd)
+        });
     }
     let child = command.process_group(0).kill_on_drop(false).spawn()?;
     drop::<OwnedFd>(write);
+    drop(ruleset);
     let pid = child
         .id()
         .and_then(|p| i32::try_from(p).ok())
         .ok_or_else(|| io::Error::other("the supervisor has no pid"))?;
+    register(pid);
     let status = tokio::net::unix::pipe::Receiver::from_owned_fd(read)?;
     Ok(Supervised { pid, child, status })
+}
+
+/// Paths no supervised process may reach ([`confine_from`]), canonical.
+static DENIED: Mutex<Vec<std::path::PathBuf>> = Mutex::new(Vec::new());
+
+/// Confines every process [`spawn`] starts from now on away from `paths`
+/// (berth's data dir, a key file outside it) with Landlock: the ruleset
+/// grants full access beneath every entry of each ancestor of a path except
+/// the one on the way to it, so the path and everything beneath it is
+/// unreachable, and so is creating or listing entries directly in its
+/// ancestors. A path whose parent does not exist is skipped. Returns whether the
+/// kernel enforces it (`false`: no Landlock; processes run unconfined).
+pub fn confine_from(paths: &[std::path::PathBuf]) -> bool {
+    // A path not created yet (a first start) is its parent's canonical form
+    // joined with its name.
+    let canonical: Vec<_> = paths
+        .iter()
+        .filter_map(|p| {
+            let p = std::path::absolute(p).ok()?;
+            std::fs::canonicalize(&p).ok().or_else(|| {
+                let parent = std::fs::canonicalize(p.parent()?).ok()?;
+                Some(parent.join(p.file_name()?))
+            })
+        })
+        .collect();
+    *DENIED.lock().unwrap_or_else(|e| e.into_inner()) = canonical;
+    confinement().is_some()
+}
+
+/// The Landlock ruleset fd for [`DENIED`], `None` when nothing is denied or
+/// the kernel has no Landlock.
+fn confinement() -> Option<OwnedFd> {
+    use landlock::{
+        Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr, ABI,
+    };
+    let denied = DENIED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if denied.is_empty() {
+        return None;
+    }
+    let all = AccessFs::from_all(ABI::V6);
+    let mut allowed = Vec::new();
+    for path in &denied {
+        for ancestor in path.ancestors().skip(1) {
+            let Ok(entries) = std::fs::read_dir(ancestor) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let entry = entry.path();
+                // Not the way to a denied path, nor a symlink leading there.
+                let target = std::fs::canonicalize(&entry).unwrap_or_else(|_| entry.clone());
+                let leads_in = denied.iter().any(|d| {
+                    d.starts_with(&entry) || d.starts_with(&target) || target.starts_with(d)
+                });
+                if !leads_in {
+                    allowed.push(entry);
+                }
+            }
+        }
+    }
+    // An entry allowed beneath one ancestor may be another denied path's
+    // ancestor: drop those too.
+    allowed.retain(|a| !denied.iter().any(|d| d.starts_with(a)));
+    let ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(all)
+        .ok()?
+        .create()
+        .ok()?
+        .add_rules(landlock::path_beneath_rules(&allowed, all))
+        .ok()?;
+    Option::<OwnedFd>::from(ruleset)
+}
+
+/// In the forked child: `no_new_privs` and the prepared Landlock ruleset,
+/// two system calls (nothing allocates between fork and exec).
+fn restrict_self(ruleset_fd: RawFd) -> io::Result<()> {
+    // SAFETY: plain system calls on this process.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset_fd, 0u32) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// In the forked child: becomes the subreaper and forks the command, which

@@ -2,7 +2,11 @@
 //! `berth serve` (default `<data dir>/berth.sock`), so other processes on the
 //! host — `berth event emit`, scripts — can reach the node that holds the
 //! journal. The socket file is created mode 0600: only the host owner may
-//! connect, and a connection is trusted like stdio.
+//! connect, and a connection is trusted like stdio — except one from a
+//! process inside a session's tool call (its peer pid descends from a live
+//! tool supervisor): tool processes run as berth's user, and a session must
+//! not drive berth as the host owner. That connection gets one JSON-RPC error
+//! ([`TOOL_PROCESS_REFUSED`], id null) and is closed.
 //!
 //! What waits for a client is bounded as on a WebSocket
 //! ([`default_bounds`]): at most [`MAX_OUTBOUND_BYTES`] (64 MiB) of frames
@@ -176,6 +180,11 @@ impl LocalSocket {
                     continue;
                 }
             };
+            if let Some(pid) = tool_process(&stream) {
+                tracing::warn!(pid, "control socket connection from a tool process refused");
+                tokio::spawn(refuse(stream, slot));
+                continue;
+            }
             let node = node.clone();
             let bounds = bounds.clone();
             tokio::spawn(async move {
@@ -189,6 +198,46 @@ impl LocalSocket {
             });
         }
     }
+}
+
+/// The JSON-RPC error code a refused connection gets (the not-authorized
+/// code, `-32011`; `data.reason` is `"tool_process"`): the peer runs inside a
+/// tool call's process tree.
+pub const TOOL_PROCESS_REFUSED: i64 = -32011;
+
+/// The peer's pid when it runs inside a tool call's process tree
+/// ([`berth_runtime::tools::supervisor::is_in_tool_tree`]): a session's tool
+/// must not drive berth as the host owner. A peer whose credentials cannot be
+/// read is refused too.
+fn tool_process(stream: &tokio::net::UnixStream) -> Option<i32> {
+    match stream.peer_cred().map(|c| c.pid()) {
+        Ok(Some(pid)) => berth_runtime::tools::supervisor::is_in_tool_tree(pid).then_some(pid),
+        _ => Some(0),
+    }
+}
+
+/// Answers a refused connection with one JSON-RPC error (id null) and closes
+/// it.
+async fn refuse(mut stream: tokio::net::UnixStream, slot: tokio::sync::OwnedSemaphorePermit) {
+    use tokio::io::AsyncWriteExt;
+    let error = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": TOOL_PROCESS_REFUSED,
+            "message": "the control socket does not serve tool processes: this connection \
+                        comes from inside a session's tool call",
+            "data": {"reason": "tool_process"},
+        },
+    });
+    let mut line = error.to_string();
+    line.push('\n');
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        let _ = stream.write_all(line.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+    drop(slot);
 }
 
 impl Drop for LocalSocket {
