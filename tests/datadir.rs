@@ -229,3 +229,26 @@ fn files_and_sockets_of_another_user_are_refused() {
     assert_eq!(std::fs::symlink_metadata(&socket).unwrap().uid(), NOBODY);
     drop(planted);
 }
+
+#[test]
+fn a_data_dir_path_that_is_a_symlink_is_refused_naming_the_real_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, data, _cwd, script) = common::workspace("fallback = \"ok\"\n");
+    let victim = dir.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(&victim, &data).unwrap();
+    let out = serve_once(&data, &script);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("symlink"), "{stderr}");
+    let real = victim.canonicalize().unwrap();
+    assert!(stderr.contains(&real.display().to_string()), "{stderr}");
+    let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o755, "the target's mode is untouched");
+    assert_eq!(
+        std::fs::read_dir(&victim).unwrap().count(),
+        0,
+        "nothing written"
+    );
+}

@@ -1068,7 +1068,8 @@ impl Node {
     /// relative additional directory, or a root (`cwd` or an additional
     /// directory) that is, contains or lies inside the data dir or contains
     /// the receipt key file (compared after resolving symlinks and `..`; see
-    /// [`PrivatePaths`]); [`ControlError::Storage`].
+    /// [`PrivatePaths`]), or that is `/` or on a kernel pseudo filesystem
+    /// (`/proc`, `/sys`, `/dev`, or by `statfs` type); [`ControlError::Storage`].
     pub async fn new_session_by(
         &self,
         params: NewSession,
@@ -1738,6 +1739,9 @@ impl PrivatePaths {
     /// inside the data dir, or contains the key file.
     fn check(&self, field: &str, root: &Path) -> Result<(), ControlError> {
         let root = resolved_forms(root);
+        if let Some(reason) = root.iter().find_map(|r| pseudo_root(r)) {
+            return Err(ControlError::invalid(field, &reason));
+        }
         let overlaps = root.iter().any(|r| {
             self.data_dir
                 .iter()
@@ -1762,6 +1766,55 @@ impl PrivatePaths {
         }
         Ok(())
     }
+}
+
+/// Why `root` (absolute, `..` folded) may not be a session root, if it may
+/// not: it is `/` itself, or it is or lies inside `/proc`, `/sys` or `/dev`,
+/// or it is on a kernel pseudo filesystem wherever mounted (procfs, sysfs,
+/// devpts, cgroup, debugfs, tracefs, securityfs, bpf, configfs, efivarfs;
+/// told by `statfs`'s filesystem type). These expose other processes'
+/// environments and memory (`/proc/<pid>/environ`) and devices, which no
+/// containment below a root can make safe.
+fn pseudo_root(root: &Path) -> Option<String> {
+    use nix::sys::statfs::{self, FsType};
+    if root.parent().is_none() {
+        return Some(
+            "is the filesystem root /, which holds berth's data dir and every other user's files; \
+             give the session a project directory"
+                .into(),
+        );
+    }
+    for top in ["/proc", "/sys", "/dev"] {
+        if root.starts_with(top) {
+            return Some(format!(
+                "is or lies inside {top}, a kernel pseudo filesystem exposing processes, \
+                 devices and secrets; give the session a project directory"
+            ));
+        }
+    }
+    const PSEUDO: &[(i64, &str)] = &[
+        (0x9fa0, "procfs"),
+        (0x6265_6572, "sysfs"),
+        (0x1cd1, "devpts"),
+        (0x0027_e0eb, "cgroup"),
+        (0x6367_7270, "cgroup2"),
+        (0x6462_6720, "debugfs"),
+        (0x7472_6163, "tracefs"),
+        (0x7363_6673, "securityfs"),
+        (0xcafe_4a11, "bpf"),
+        (0x6265_6570, "configfs"),
+        (0xde5e_81e4, "efivarfs"),
+    ];
+    let kind = statfs::statfs(root).ok()?.filesystem_type();
+    PSEUDO
+        .iter()
+        .find(|(magic, _)| kind == FsType(*magic as _))
+        .map(|(_, name)| {
+            format!(
+                "is on a {name} kernel pseudo filesystem exposing processes, devices and \
+                 secrets; give the session a project directory"
+            )
+        })
 }
 
 /// `path`'s absolute lexical form (`.` and `..` folded) and its real form:

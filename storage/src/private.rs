@@ -21,7 +21,8 @@ fn refused(message: String) -> io::Error {
 }
 
 /// Creates `dir` (0700, and its missing parents) unless it exists, then
-/// checks it: a directory (a symlink to one is followed) owned by berth's
+/// checks it: a directory (not a symlink: one is refused, naming its
+/// target) owned by berth's
 /// user and not writable by group or others. Read or search bits for group
 /// or others on a dir of ours are taken away (0700).
 ///
@@ -43,6 +44,17 @@ pub fn ensure_dir(dir: &Path) -> io::Result<()> {
 /// # Errors
 /// As [`ensure_dir`].
 pub fn check_dir(dir: &Path) -> io::Result<()> {
+    if std::fs::symlink_metadata(dir)?.file_type().is_symlink() {
+        let real = std::fs::canonicalize(dir)
+            .map(|r| r.display().to_string())
+            .unwrap_or_else(|_| "its target".into());
+        return Err(refused(format!(
+            "the data dir {} is a symlink (to {real}); berth does not follow one there, since \
+             whoever owns the link chooses where berth's journal and keys go; \
+             give the real path: --data-dir {real}",
+            dir.display()
+        )));
+    }
     let meta = std::fs::metadata(dir)?;
     if !meta.is_dir() {
         return Err(refused(format!("{} is not a directory", dir.display())));

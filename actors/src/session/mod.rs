@@ -464,6 +464,7 @@ impl Actor for SessionActor {
             Arc::clone(&args.env.processes),
             args.session_id.as_str(),
         ));
+        processes.pin_roots(std::iter::once(&record.cwd).chain(&record.additional_directories));
         Ok(SessionState {
             env: args.env,
             record,

@@ -2668,3 +2668,54 @@ async fn an_observers_refused_controls_add_a_bounded_number_of_events() {
     assert_eq!(refused.len() as u64, added, "{refused:?}");
     assert_eq!(refused[0]["actor"], "grafana", "{refused:?}");
 }
+
+#[tokio::test]
+async fn session_roots_in_pseudo_filesystems_or_at_slash_are_refused() {
+    let (dir, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = node(data.path()).await;
+    let mut c = Client::connect(&node, ServeOptions::default());
+    let pid = std::process::id();
+    let roots = [
+        "/proc".to_owned(),
+        "/proc/self".to_owned(),
+        format!("/proc/{pid}"),
+        format!("/proc/{pid}/cwd/.."),
+        "/sys".to_owned(),
+        "/sys/kernel".to_owned(),
+        "/dev".to_owned(),
+        "/dev/fd".to_owned(),
+        "/".to_owned(),
+    ];
+    for root in &roots {
+        if !std::path::Path::new(root).is_dir() {
+            continue;
+        }
+        let r = c
+            .call("session/new", json!({"cwd": root, "mcpServers": []}))
+            .await;
+        let (code, data) = error_of(&r);
+        assert_eq!(code, -32602, "{root}: {r}");
+        assert_eq!(data["field"], "cwd", "{root}: {r}");
+        assert!(data["reason"].is_string(), "{root}: {r}");
+        let r = c
+            .call(
+                "session/new",
+                json!({"cwd": dir.path(), "additionalDirectories": [root], "mcpServers": []}),
+            )
+            .await;
+        let (code, data) = error_of(&r);
+        assert_eq!(code, -32602, "{root}: {r}");
+        assert_eq!(data["field"], "additionalDirectories", "{root}: {r}");
+    }
+    // A symlink to /proc is refused as well.
+    let link = dir.path().join("p");
+    std::os::unix::fs::symlink("/proc", &link).unwrap();
+    let r = c
+        .call("session/new", json!({"cwd": link, "mcpServers": []}))
+        .await;
+    assert_eq!(error_of(&r).0, -32602, "{r}");
+    // Nothing was created; an ordinary dir is still accepted.
+    let list = c.call("session/list", json!({})).await;
+    assert_eq!(list["result"]["sessions"], json!([]), "{list}");
+    c.new_session(dir.path()).await;
+}

@@ -3,8 +3,12 @@
 //!
 //! A path is matched against the session's roots lexically (`.` dropped,
 //! `..` resolved on the text; one that climbs out of every root is outside).
-//! The root itself is opened by path (the client chose it, symlinks in it
-//! included); everything under it is resolved from that directory fd:
+//! Each root is pinned for the session the first time it is seen
+//! ([`RootPin`](super::processes::RootPin): its canonical path, device and
+//! inode); the root is opened at that canonical path with `O_NOFOLLOW` and
+//! its device and inode compared, so a root renamed away and replaced by a
+//! symlink or another directory is [`ToolError::RootChanged`] and nothing is
+//! read or written. Everything under it is resolved from that directory fd:
 //! `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`
 //! for the directories, or — where the kernel has no `openat2` (`ENOSYS`,
 //! `EINVAL`) — an `openat(O_PATH | O_DIRECTORY | O_NOFOLLOW)` walk one
@@ -86,8 +90,10 @@ impl Entry {
 pub struct Beneath {
     /// The path as the caller gave it (for errors).
     raw: String,
-    /// The root directory, as opened.
+    /// The root as the session names it (for errors).
     root: PathBuf,
+    /// The root's identity as pinned for the session.
+    pin: super::processes::RootPin,
     /// The rest: normal components only (may be empty: the root itself).
     rel: PathBuf,
     /// The root's canonical path joined with `rel`: the real path, since
@@ -114,15 +120,21 @@ impl Beneath {
         }
         let lexical = normalize(given);
         for root in std::iter::once(&ctx.cwd).chain(&ctx.additional_directories) {
-            let canonical = std::fs::canonicalize(root).ok();
+            let pin = ctx.processes.root_pin(root).ok();
+            let canonical = pin.as_ref().map(|p| p.canonical.clone());
             for candidate in std::iter::once(normalize(root)).chain(canonical.clone()) {
                 if let Ok(rel) = lexical.strip_prefix(&candidate) {
-                    let real = canonical.clone().unwrap_or_else(|| candidate.clone());
+                    let Some(pin) = pin else {
+                        return Err(ToolError::RootChanged {
+                            root: root.display().to_string(),
+                        });
+                    };
                     return Ok(Self {
                         raw: raw.into(),
-                        real: real.join(rel),
+                        real: pin.canonical.join(rel),
                         rel: rel.to_path_buf(),
-                        root: candidate,
+                        root: root.clone(),
+                        pin,
                         walk_only: false,
                     });
                 }
@@ -168,13 +180,27 @@ impl Beneath {
         }
     }
 
+    /// Opens the pinned canonical root (`O_NOFOLLOW`: a symlink put in its
+    /// place is not followed) and checks it is the pinned directory.
     fn open_root(&self) -> Result<OwnedFd, ToolError> {
-        nix::fcntl::open(
-            &self.root,
-            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        let changed = || ToolError::RootChanged {
+            root: self.root.display().to_string(),
+        };
+        let fd = nix::fcntl::open(
+            &self.pin.canonical,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| self.io("open", std::io::Error::from(e)))
+        .map_err(|e| match e {
+            Errno::ELOOP | Errno::ENOTDIR | Errno::ENOENT => changed(),
+            e => self.io("open", std::io::Error::from(e)),
+        })?;
+        let stat =
+            nix::sys::stat::fstat(&fd).map_err(|e| self.io("stat", std::io::Error::from(e)))?;
+        if stat.st_dev != self.pin.dev || stat.st_ino != self.pin.ino {
+            return Err(changed());
+        }
+        Ok(fd)
     }
 
     /// The last component's directory (opened `O_PATH`) and its name; `None`
@@ -478,7 +504,12 @@ mod tests {
             })
         };
         let (mut reads, mut writes) = (0, 0);
-        for i in 0..300 {
+        // At least 300 rounds, and on until some of each got through (a
+        // loaded machine may hold the swapper mid-swap for many rounds).
+        for i in 0..20_000 {
+            if i >= 300 && reads > 0 && writes > 0 {
+                break;
+            }
             if let Ok(mut file) = at("d/secret.txt").open_read() {
                 let mut text = String::new();
                 std::io::Read::read_to_string(&mut file, &mut text).unwrap();

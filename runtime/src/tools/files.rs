@@ -544,6 +544,127 @@ mod tests {
         );
     }
 
+    /// The session root itself swapped for a symlink to the outside
+    /// (`renameat2(RENAME_EXCHANGE)`) while the tools run never lets a read
+    /// or a write through: the root is pinned and checked on each open.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_root_swapped_for_a_symlink_never_escapes() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let top = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let top_path = top.path().canonicalize().unwrap();
+        let work = top_path.join("work");
+        std::fs::create_dir(&work).unwrap();
+        std::fs::write(work.join("secret.txt"), "inside").unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "SECRET").unwrap();
+        std::os::unix::fs::symlink(outside.path(), top_path.join("l")).unwrap();
+        let c = ctx(&work, &[]);
+        c.processes.pin_roots([&work]);
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, top_path) = (std::sync::Arc::clone(&stop), top_path.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    nix::fcntl::renameat2(
+                        nix::fcntl::AT_FDCWD,
+                        &top_path.join("work"),
+                        nix::fcntl::AT_FDCWD,
+                        &top_path.join("l"),
+                        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                    )
+                    .unwrap();
+                }
+            })
+        };
+        let (mut escapes, mut reads, mut changed) = (0, 0, 0);
+        // At least 300 rounds, and on until the swap was seen once.
+        for i in 0..20_000 {
+            if i >= 300 && changed > 0 {
+                break;
+            }
+            match ReadFile::default()
+                .call(&c, json!({"path": work.join("secret.txt")}))
+                .await
+            {
+                Ok(out) => {
+                    reads += 1;
+                    if out.content.contains("SECRET") {
+                        escapes += 1;
+                    }
+                }
+                Err(ToolError::RootChanged { .. }) => changed += 1,
+                Err(_) => {}
+            }
+            let _ = WriteFile
+                .call(
+                    &c,
+                    json!({"path": work.join(format!("w{i}.txt")), "content": "x"}),
+                )
+                .await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        let written_outside: Vec<_> = std::fs::read_dir(outside.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n != "secret.txt")
+            .collect();
+        assert_eq!(
+            escapes, 0,
+            "{escapes} of {reads} reads returned the outside secret"
+        );
+        assert!(
+            written_outside.is_empty(),
+            "writes escaped to the outside: {written_outside:?}"
+        );
+        assert!(
+            changed > 0,
+            "the swap was seen ({reads} reads, {changed} refused)"
+        );
+    }
+
+    /// A root renamed away and replaced (`mv work work.old && ln -s DIR
+    /// work`, or a new directory of the same name) is refused with
+    /// `RootChanged`, and nothing is read or written.
+    #[tokio::test]
+    async fn a_root_replaced_after_the_session_started_is_refused() {
+        let top = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let work = top.path().canonicalize().unwrap().join("work");
+        std::fs::create_dir(&work).unwrap();
+        std::fs::write(outside.path().join("keys.json"), "SECRET").unwrap();
+        let c = ctx(&work, &[]);
+        c.processes.pin_roots([&work]);
+        std::fs::rename(&work, work.with_extension("old")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &work).unwrap();
+        let err = ReadFile::default()
+            .call(&c, json!({"path": work.join("keys.json")}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::RootChanged { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains("changed since the session started"),
+            "{err}"
+        );
+        let err = WriteFile
+            .call(&c, json!({"path": work.join("new.txt"), "content": "x"}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::RootChanged { .. }), "{err}");
+        assert!(!outside.path().join("new.txt").exists());
+        // A fresh directory under the old name is not the pinned root either.
+        std::fs::remove_file(&work).unwrap();
+        std::fs::create_dir(&work).unwrap();
+        std::fs::write(work.join("keys.json"), "other").unwrap();
+        let err = ReadFile::default()
+            .call(&c, json!({"path": work.join("keys.json")}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::RootChanged { .. }), "{err}");
+    }
+
     /// `write_file` never writes through a hard link (its target may be
     /// outside the roots).
     #[tokio::test]

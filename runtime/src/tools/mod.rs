@@ -183,6 +183,14 @@ pub enum ToolError {
         /// The path given.
         path: String,
     },
+    /// A session root is no longer the directory it was when the session
+    /// first used it (renamed away, replaced by another directory or by a
+    /// symlink); nothing was read or written.
+    #[error("the root {root} changed since the session started")]
+    RootChanged {
+        /// The root as the session names it.
+        root: String,
+    },
     /// A symlink whose target does not exist (it could point anywhere). The
     /// built-in file tools report every symlink as [`ToolError::Symlink`];
     /// this shape stays so tool results journaled with it still decode.

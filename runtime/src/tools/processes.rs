@@ -38,6 +38,24 @@ pub struct ProcessGroups {
     /// supervisor pid (also its pgid) → its entry.
     groups: Mutex<BTreeMap<i32, Entry>>,
     ledger: Option<(Arc<ProcessLedger>, String)>,
+    /// The session's roots as first seen: root as named → its pin.
+    roots: Mutex<BTreeMap<PathBuf, RootPin>>,
+}
+
+/// A session root's identity, recorded the first time the session's tools
+/// (or [`ProcessGroups::pin_roots`] at session start) see it: its canonical
+/// path and the device and inode of the directory there. File tools open
+/// the canonical path without following a symlink at any point of the last
+/// component and compare the identity, so a root renamed away and replaced
+/// (by a symlink or another directory) is refused rather than followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootPin {
+    /// The root's canonical path when pinned.
+    pub canonical: PathBuf,
+    /// `st_dev` of the directory.
+    pub dev: u64,
+    /// `st_ino` of the directory.
+    pub ino: u64,
 }
 
 impl ProcessGroups {
@@ -46,7 +64,37 @@ impl ProcessGroups {
         Self {
             groups: Mutex::default(),
             ledger: Some((ledger, session.to_owned())),
+            roots: Mutex::default(),
         }
+    }
+
+    /// Pins each of `roots` that exists and is not pinned yet (see
+    /// [`RootPin`]); the session does this when its actor starts.
+    pub fn pin_roots<'a>(&self, roots: impl IntoIterator<Item = &'a PathBuf>) {
+        for root in roots {
+            let _ = self.root_pin(root);
+        }
+    }
+
+    /// `root`'s pin, recorded now when this is its first use.
+    ///
+    /// # Errors
+    /// The I/O error canonicalizing or statting a root not pinned yet.
+    pub fn root_pin(&self, root: &Path) -> std::io::Result<RootPin> {
+        use std::os::unix::fs::MetadataExt;
+        let mut roots = self.roots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(pin) = roots.get(root) {
+            return Ok(pin.clone());
+        }
+        let canonical = std::fs::canonicalize(root)?;
+        let meta = std::fs::symlink_metadata(&canonical)?;
+        let pin = RootPin {
+            canonical,
+            dev: meta.dev(),
+            ino: meta.ino(),
+        };
+        roots.insert(root.to_path_buf(), pin.clone());
+        Ok(pin)
     }
 
     /// Registers a supervisor's pid (also its process group id) started by

@@ -36,6 +36,7 @@ fn restore(ctx: &ToolContext, change: &FileChange, text: Option<&str>) -> Result
 fn session_ctx(state: &SessionState) -> ToolContext {
     ToolContext {
         additional_directories: state.record.additional_directories.clone(),
+        processes: std::sync::Arc::clone(&state.processes),
         ..ToolContext::new(state.record.cwd.clone())
     }
 }
