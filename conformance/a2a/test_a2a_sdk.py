@@ -108,7 +108,8 @@ class Berth:
         return self.acp_wait(self.acp_send(method, params))
 
     def release(self, context_id: str) -> None:
-        (self.data / "a2a-contexts" / context_id / "release").touch()
+        # A2A contexts live beside the data dir, never inside it.
+        (self.data.parent / f"{self.data.name}-a2a-contexts" / context_id / "release").touch()
 
     def stop(self) -> None:
         self.proc.kill()

@@ -459,7 +459,9 @@ test("berth serve end to end with @agentclientprotocol/sdk 2.4.0", { timeout: 12
       assertEndTurn(hello, "hello");
       const ended = await assertTurnEnded(seen3, sessionId, hello, "hello");
       const updates = updatesAfter(seen3, sessionId, 0);
-      assert.equal(updates[0]?.eventId, lastEventId + 1, "live events continue after the replayed ones");
+      // lastEventId + 1 is the prompt's own user_message_chunk, which is not
+      // echoed to the connection that sent it.
+      assert.equal(updates[0]?.eventId, lastEventId + 2, "live events continue after the replayed ones");
       assert.ok(updates.some((u) => u.sessionUpdate === "agent_message_chunk" && u.content?.text === "Hello from the e2e script."));
       assert.ok(seen3.items.every((n) => n.params._meta?.berth?.replayed !== true), "live events are not marked replayed");
       assert.equal(ended.eventId, maxEventId(s3));

@@ -118,7 +118,12 @@ test("berth completion judge vs steer end to end with @agentclientprotocol/sdk 2
       assert.equal(view.lastEventId, eventIdOf(ended.params), `${label}: turn_ended is the session's last event`);
       const live = new Set(events(sessionId).map((e) => e.eventId));
       const missing = [];
-      for (let id = 1; id <= view.lastEventId; id++) if (!live.has(id)) missing.push(id);
+      // A prompt's own user_message_chunk is not echoed to the connection
+      // that sent it: it is the first event of its turn (after the previous
+      // turn_ended, or the session's first).
+      const echoes = new Set([1]);
+      for (const e of events(sessionId)) if (e.kind === "agent:turn_ended") echoes.add(e.eventId + 1);
+      for (let id = 1; id <= view.lastEventId; id++) if (!live.has(id) && !echoes.has(id)) missing.push(id);
       assert.deepEqual(missing, [], `${label}: event ids journaled but never sent live`);
       return { response, turnEvents: events(sessionId, mark, eventIdOf(ended.params)) };
     }

@@ -232,6 +232,10 @@ test("berth mid-turn controls end to end with @agentclientprotocol/sdk 2.4.0", {
       const dropped = missing.filter((id) => !liveGaps.some((g) => g.sessionId === sessionId && g.eventId === id));
       for (const id of dropped) {
         const e = events(sessionId).find((x) => x.eventId === id);
+        // A prompt's own user_message_chunk is not echoed to the connection
+        // that sent it (an injection's delivery, with its messageId, is).
+        const ownPrompt = e.params.update?.sessionUpdate === "user_message_chunk" && !e.params._meta?.berth?.messageId;
+        if (ownPrompt) continue;
         liveGaps.push({ sessionId, label, eventId: id, frame: { method: e.params.type ? AGENT_EVENT : SESSION_UPDATE, params: e.params } });
       }
     }

@@ -143,7 +143,12 @@ test("berth approval-gated tools end to end with @agentclientprotocol/sdk 2.4.0"
       assert.deepEqual(after.pending.approvals, [], `${label}: no approval pending after the turn`);
       const live = new Set(events(sessionId).map((e) => e.eventId));
       const missing = [];
-      for (let id = 1; id <= after.lastEventId; id++) if (!live.has(id)) missing.push(id);
+      // A prompt's own user_message_chunk is not echoed to the connection
+      // that sent it: it is the first event of its turn (after the previous
+      // turn_ended, or the session's first).
+      const echoes = new Set([1]);
+      for (const e of events(sessionId)) if (e.kind === "agent:turn_ended") echoes.add(e.eventId + 1);
+      for (let id = 1; id <= after.lastEventId; id++) if (!live.has(id) && !echoes.has(id)) missing.push(id);
       assert.deepEqual(missing, [], `${label}: event ids journaled but never sent live`);
       return { response, turnEvents: events(sessionId, mark, eventIdOf(ended.params)), view: after };
     }

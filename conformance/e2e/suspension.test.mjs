@@ -31,7 +31,7 @@
 // frame, an answer, a session view) or that file's effect, never a timer.
 //
 //  1. (SDK) caller suspend, mode finish_step, during step A of a two-response
-//     turn: `suspend_requested`, view `quiescing`; A completes, the turn parks
+//     turn: `suspend_requested`, view `requested`; A completes, the turn parks
 //     before the model's next call (B never announced, log = A); the suspend
 //     answers the handle, the prompt `end_turn` / terminal kind `suspended` /
 //     owner `user` / the handle; resume → same turn, B runs once; log = A, B.
@@ -339,18 +339,18 @@ function assertAnsweredAfterSuspended(conn, handle, turnId, label) {
   assert.ok(promptAt > suspendedAt, `${label}: prompt answer (${promptAt}) after the suspended event (${suspendedAt})`);
 }
 
-/** Suspends `sessionId` while its gated call runs: waits for `suspend_requested` and the `quiescing` view. */
+/** Suspends `sessionId` while its gated call runs: waits for `suspend_requested` and the `requested` view (the step in flight has not settled yet). */
 async function suspendWhileRunning(conn, sessionId, mode, reason, label) {
   const suspending = conn.call("session/suspend", { sessionId, mode, reason });
   const requested = await conn.waitAgentEvent(sessionId, "suspend_requested", () => true, `${label}: suspend_requested`);
   const ev = requested.params.event;
   assert.equal(ev.mode, mode, label);
   assert.equal(ev.initiator, "client", label);
-  assert.equal(ev.state, "quiescing", label);
+  assert.equal(ev.state, "requested", label);
   assert.match(ev.handle, /^susp_/, label);
   // The view is answered by the session actor after it handled the suspend,
   // so the turn has been told by now.
-  const view = await assertStatus(conn, sessionId, "quiescing", label);
+  const view = await assertStatus(conn, sessionId, "requested", label);
   assert.equal(view.run.suspension?.handle, ev.handle, label);
   assert.equal(view.run.suspension?.mode, mode, label);
   return { suspending, handle: ev.handle };
@@ -481,7 +481,7 @@ scenario("3. wait_for_completion: the turn completes, then the session is suspen
   assert.equal(view.run.suspension.handle, handle);
   assert.equal(view.run.turnId, undefined, "no turn is parked");
   const resumed = resumedOf(await within(conn.call("session/resume", { sessionId, handle }), 10_000, "resume"), "resume");
-  assert.equal(resumed.turnId, null, "waking an idle suspension starts no turn");
+  assert.ok(!("turnId" in resumed), "waking an idle suspension starts no turn (and an absent turnId is omitted, not null)");
   await assertStatus(conn, sessionId, "idle", "after the resume");
   ctx.step(`wait_for_completion: completed, then suspended (answers on the wire: ${promptAt < suspendAnswerAt ? "prompt, suspend" : "suspend, prompt"})`);
 });
@@ -520,7 +520,7 @@ scenario("4. idle suspend answers at once; again is idempotent; prompt on a susp
 
   const resumed = resumedOf(await conn.call("session/resume", { sessionId, handle: first.handle }), "resume");
   assert.equal(resumed.handle, first.handle);
-  assert.equal(resumed.turnId, null);
+  assert.ok(!("turnId" in resumed), "no turn: turnId is omitted");
   const used = rpcError(
     await conn.call("session/resume", { sessionId, handle: first.handle }),
     { code: -32009, reason: "already_resumed" },
